@@ -1,0 +1,104 @@
+# Tools are built from the pinned modules under hack/tools into bin/, one
+# file or directory per version, so a second run never rebuilds them.
+tool_version = $(shell awk '$$1=="$(2)" {print $$2; exit}' hack/tools/$(1)/go.mod)
+KUBE_VERSION           := $(call tool_version,kube,k8s.io/kubernetes)
+ETCD_VERSION           := $(call tool_version,etcd,go.etcd.io/etcd/server/v3)
+CONTROLLER_GEN_VERSION := $(call tool_version,controller-gen,sigs.k8s.io/controller-tools)
+GOLANGCI_LINT_VERSION  := $(call tool_version,golangci-lint,github.com/golangci/golangci-lint/v2)
+
+BIN            := $(CURDIR)/bin
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+GOLANGCI_LINT  := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+KUBE_DIR       := $(BIN)/kube-$(KUBE_VERSION)
+ETCD_DIR       := $(BIN)/etcd-$(ETCD_VERSION)
+ENVTEST_ASSETS := $(BIN)/envtest-k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
+
+# Files that `make manifests generate` writes.
+GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go
+
+GO_TEST_FLAGS ?= -count=1
+
+.DEFAULT_GOAL := help
+SHELL := /usr/bin/env bash -o pipefail
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the operator's RBAC role.
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=manager-role paths="./..." \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate the API's deepcopy code.
+	$(CONTROLLER_GEN) object paths="./api/..."
+
+.PHONY: verify-gen
+verify-gen: ## Fail when committed generated files are stale (regenerating them).
+	@before=$$(find $(GENERATED) -type f | sort | xargs sha256sum); \
+	$(MAKE) --no-print-directory manifests generate >/dev/null; \
+	after=$$(find $(GENERATED) -type f | sort | xargs sha256sum); \
+	if [ "$$before" != "$$after" ]; then \
+		echo "generated files were stale and are regenerated now; commit them:"; \
+		diff <(echo "$$before") <(echo "$$after") || true; exit 1; \
+	fi
+
+.PHONY: fmt
+fmt: ## Format the Go code.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: test
+test: verify-gen vet lint envtest ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) ./...
+
+##@ Build and run
+
+.PHONY: build
+build: ## Build the operator and the worker into bin/.
+	go build -o $(BIN)/manager ./cmd/manager
+	go build -o $(BIN)/agent-worker ./cmd/agent-worker
+
+.PHONY: run
+run: build envtest ## Run the local default: API server, operator, samples; print what they became; stop it all.
+	go run ./hack/local --assets $(ENVTEST_ASSETS) --manager $(BIN)/manager --samples config/samples
+
+##@ Tools
+
+.PHONY: envtest
+envtest: $(ENVTEST_ASSETS)/.ready ## Build kube-apiserver, kubectl and etcd for envtest into bin/.
+
+$(ENVTEST_ASSETS)/.ready: $(KUBE_DIR)/.built $(ETCD_DIR)/.built
+	mkdir -p $(ENVTEST_ASSETS)
+	ln -sfn $(KUBE_DIR)/kube-apiserver $(ENVTEST_ASSETS)/kube-apiserver
+	ln -sfn $(KUBE_DIR)/kubectl $(ENVTEST_ASSETS)/kubectl
+	ln -sfn $(ETCD_DIR)/etcd $(ENVTEST_ASSETS)/etcd
+	touch $@
+
+# kube-apiserver and kubectl come from source: release downloads are not
+# reachable from every build machine. This takes several minutes, once.
+$(KUBE_DIR)/.built:
+	mkdir -p $(KUBE_DIR)
+	cd hack/tools/kube && go build -o $(KUBE_DIR)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	touch $@
+
+$(ETCD_DIR)/.built:
+	mkdir -p $(ETCD_DIR)
+	cd hack/tools/etcd && go build -o $(ETCD_DIR)/etcd go.etcd.io/etcd/server/v3
+	touch $@
+
+$(CONTROLLER_GEN):
+	cd hack/tools/controller-gen && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(GOLANGCI_LINT):
+	cd hack/tools/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

@@ -1,0 +1,551 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AgentSpec defines one agent session Flow type: its model, tools, policies
+// and limits, and the pool of workers that runs its sessions.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.planMode) || !self.planMode.enabled || (has(self.builtInTools) && 'write_todos' in self.builtInTools)",message="planMode.enabled requires write_todos in builtInTools: a planning turn writes its plan with write_todos",fieldPath=".planMode.enabled"
+// +kubebuilder:validation:XValidation:rule="!has(self.toolPolicies) || !has(self.builtInTools) || self.toolPolicies.all(p, !(p.name in self.builtInTools))",message="toolPolicies may not name an enabled built-in tool: its name is reserved and it always runs as a read without approval",fieldPath=".toolPolicies"
+type AgentSpec struct {
+	// FlowType is the session Flow type name: the Temporal workflow type of
+	// every session of this Agent. At most one Agent may claim a Flow type on
+	// one engine namespace. It cannot change, because running sessions are
+	// registered under it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_-]*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="flowType is immutable: running sessions are registered under it; create a new Agent for a new Flow type"
+	FlowType string `json:"flowType"`
+
+	// Instructions are the system instructions the model receives on every
+	// model call of a session.
+	// +optional
+	// +kubebuilder:validation:MaxLength=131072
+	Instructions string `json:"instructions,omitempty"`
+
+	// Model selects the model client and the model every model call uses.
+	// +required
+	Model ModelSpec `json:"model"`
+
+	// ToolSources lists the ToolSources, in this namespace, whose tools the
+	// model is offered, in this order, after the worker's function tools and
+	// before the built-in tools.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	ToolSources []LocalObjectReference `json:"toolSources,omitempty"`
+
+	// ToolPolicies set the effect class and approval of tools by name. A
+	// policy wins over what a tool source says of its tools. For an MCP tool,
+	// the name is `<sourceName>__<tool>`.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	ToolPolicies []ToolPolicy `json:"toolPolicies,omitempty"`
+
+	// DefaultToolEffect is the effect class of a tool that has no policy and
+	// says nothing of its own effect.
+	// +optional
+	// +kubebuilder:default=unclassified
+	DefaultToolEffect ToolEffect `json:"defaultToolEffect,omitempty"`
+
+	// BuiltInTools enables the session's built-in tools. An enabled name is
+	// reserved: no other tool may use it.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=3
+	BuiltInTools []BuiltInTool `json:"builtInTools,omitempty"`
+
+	// PlanMode lets a user review a plan before the agent executes it.
+	// +optional
+	PlanMode *PlanModeSpec `json:"planMode,omitempty"`
+
+	// Compaction keeps the model input under the context window by
+	// summarizing older messages, and lets retention bound stored messages.
+	// Without it, every model call sends every stored message and nothing is
+	// deleted.
+	// +optional
+	Compaction *CompactionSpec `json:"compaction,omitempty"`
+
+	// Limits bound what one session may do.
+	// +optional
+	// +kubebuilder:default={}
+	Limits *LimitsSpec `json:"limits,omitempty"`
+
+	// MediaStore names the MediaStore, in this namespace, that holds the
+	// image bytes of this Agent's sessions. Without it, sessions refuse
+	// images.
+	// +optional
+	MediaStore *LocalObjectReference `json:"mediaStore,omitempty"`
+
+	// Engine is the Temporal service that runs this Agent's sessions. Without
+	// it, the operator's default engine is used.
+	// +optional
+	Engine *EngineSpec `json:"engine,omitempty"`
+
+	// Workers is the pool of worker pods that runs this Agent's sessions.
+	// +optional
+	// +kubebuilder:default={}
+	Workers *WorkersSpec `json:"workers,omitempty"`
+}
+
+// ModelProvider names a family of model APIs.
+// +kubebuilder:validation:Enum=openai;openai-compatible;anthropic;scripted
+type ModelProvider string
+
+// Model providers.
+const (
+	// ModelProviderOpenAI is the OpenAI Responses API.
+	ModelProviderOpenAI ModelProvider = "openai"
+	// ModelProviderOpenAICompatible is the Chat Completions API of an
+	// OpenAI-compatible server at spec.model.baseURL (vLLM, Ollama, LM Studio,
+	// gateways).
+	ModelProviderOpenAICompatible ModelProvider = "openai-compatible"
+	// ModelProviderAnthropic is the Anthropic Messages API.
+	ModelProviderAnthropic ModelProvider = "anthropic"
+	// ModelProviderScripted answers from a script built into the worker, with
+	// no model key: for demos, tutorials and tests.
+	ModelProviderScripted ModelProvider = "scripted"
+)
+
+// ModelSpec selects the model client and model.
+//
+// +kubebuilder:validation:XValidation:rule="self.provider != 'openai-compatible' || has(self.baseURL)",message="baseURL is required for provider openai-compatible",fieldPath=".baseURL"
+// +kubebuilder:validation:XValidation:rule="!(self.provider in ['openai', 'anthropic']) || has(self.apiKeySecretRef)",message="apiKeySecretRef is required for providers openai and anthropic",fieldPath=".apiKeySecretRef"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'scripted' || (!has(self.baseURL) && !has(self.apiKeySecretRef))",message="a scripted model takes neither baseURL nor apiKeySecretRef",fieldPath=".provider"
+type ModelSpec struct {
+	// Provider is the model API to call.
+	// +required
+	Provider ModelProvider `json:"provider"`
+
+	// Name is the model name the provider knows, such as gpt-5-mini, or for
+	// the scripted provider the name of a script built into the worker.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+
+	// BaseURL overrides the provider's API endpoint. Required for
+	// openai-compatible.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// APIKeySecretRef selects the Secret key that holds the API key. The key
+	// reaches workers through their environment and never appears in session
+	// state, events, logs or errors.
+	// +optional
+	APIKeySecretRef *SecretKeyReference `json:"apiKeySecretRef,omitempty"`
+
+	// Settings tune every model call.
+	// +optional
+	Settings *ModelSettings `json:"settings,omitempty"`
+}
+
+// ReasoningEffort asks a reasoning model for more or less thinking.
+// +kubebuilder:validation:Enum=none;minimal;low;medium;high;xhigh
+type ReasoningEffort string
+
+// ModelSettings tune every model call.
+type ModelSettings struct {
+	// MaxOutputTokens caps the tokens of one model response.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048576
+	MaxOutputTokens *int32 `json:"maxOutputTokens,omitempty"`
+
+	// ReasoningEffort asks a reasoning model for more or less thinking.
+	// +optional
+	ReasoningEffort ReasoningEffort `json:"reasoningEffort,omitempty"`
+}
+
+// ToolEffect is what a tool call may do to the world, which decides its tool
+// Step, its retries and its default approval.
+// +kubebuilder:validation:Enum=read;idempotent_write;non_idempotent_write;unclassified
+type ToolEffect string
+
+// Tool effects.
+const (
+	// ToolEffectRead changes nothing: retried up to 3 attempts, then failed.
+	ToolEffectRead ToolEffect = "read"
+	// ToolEffectIdempotentWrite may be repeated with the same idempotency key:
+	// retried up to 3 attempts, then outcome unknown.
+	ToolEffectIdempotentWrite ToolEffect = "idempotent_write"
+	// ToolEffectNonIdempotentWrite must not be repeated: one attempt, then
+	// outcome unknown; needs approval by default.
+	ToolEffectNonIdempotentWrite ToolEffect = "non_idempotent_write"
+	// ToolEffectUnclassified is treated as a non-idempotent write.
+	ToolEffectUnclassified ToolEffect = "unclassified"
+)
+
+// ToolPolicy sets the effect class and approval of one tool.
+type ToolPolicy struct {
+	// Name of the tool as the model sees it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	Name string `json:"name"`
+
+	// Effect is the tool's effect class.
+	// +required
+	Effect ToolEffect `json:"effect"`
+
+	// RequiresApproval says whether each call waits for a person to approve
+	// it. Unset, non_idempotent_write and unclassified tools need approval and
+	// read and idempotent_write tools do not.
+	// +optional
+	RequiresApproval *bool `json:"requiresApproval,omitempty"`
+}
+
+// BuiltInTool names a tool the session itself provides.
+// +kubebuilder:validation:Enum=ask_user;durable_wait;write_todos
+type BuiltInTool string
+
+// Built-in tools.
+const (
+	// BuiltInToolAskUser asks the user a question and waits for the answer.
+	BuiltInToolAskUser BuiltInTool = "ask_user"
+	// BuiltInToolDurableWait waits on an engine timer, holding no worker.
+	BuiltInToolDurableWait BuiltInTool = "durable_wait"
+	// BuiltInToolWriteTodos replaces the session's plan.
+	BuiltInToolWriteTodos BuiltInTool = "write_todos"
+)
+
+// PlanningToolChoice says whether a planning turn forces a write_todos call.
+// +kubebuilder:validation:Enum=auto;required
+type PlanningToolChoice string
+
+// PlanModeSpec configures plan mode.
+type PlanModeSpec struct {
+	// Enabled turns plan mode on. It needs write_todos in builtInTools.
+	// +required
+	Enabled bool `json:"enabled"`
+
+	// PlanningToolChoice is auto to let a planning turn answer in text, such
+	// as with a clarifying question, or required to force write_todos on the
+	// first model call of a planning turn while no draft exists.
+	// +optional
+	// +kubebuilder:default=auto
+	PlanningToolChoice PlanningToolChoice `json:"planningToolChoice,omitempty"`
+}
+
+// CompactionSpec is the compaction policy.
+//
+// +kubebuilder:validation:XValidation:rule="self.keepRatio < self.triggerRatio",message="keepRatio must be less than triggerRatio, or a compaction would not bring the input under the trigger",fieldPath=".keepRatio"
+type CompactionSpec struct {
+	// ContextWindowTokens is the model's context window, in tokens.
+	// +required
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=100000000
+	ContextWindowTokens int64 `json:"contextWindowTokens"`
+
+	// TriggerRatio is the share of the context window at which a model call
+	// first compacts the conversation. Between 0 and 1, exclusive.
+	// +optional
+	// +kubebuilder:default=0.85
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:ExclusiveMinimum=true
+	// +kubebuilder:validation:Maximum=1
+	// +kubebuilder:validation:ExclusiveMaximum=true
+	TriggerRatio float64 `json:"triggerRatio,omitempty"`
+
+	// KeepRatio is the share of the context window that the newest messages
+	// may keep unsummarized. Between 0 and 1, exclusive, and below
+	// triggerRatio.
+	// +optional
+	// +kubebuilder:default=0.3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:ExclusiveMinimum=true
+	// +kubebuilder:validation:Maximum=1
+	// +kubebuilder:validation:ExclusiveMaximum=true
+	KeepRatio float64 `json:"keepRatio,omitempty"`
+
+	// RetainedMessageLimit is how many of the newest messages retention
+	// always keeps; older messages that a summary covers are deleted. 0 keeps
+	// every message.
+	// +optional
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=0
+	RetainedMessageLimit *int32 `json:"retainedMessageLimit,omitempty"`
+}
+
+// LimitsSpec bounds what one session may do.
+type LimitsSpec struct {
+	// MaxModelCallsPerTurn is how many model calls one turn may make. The call
+	// after the last offers no tools, and a tool call the model makes anyway
+	// is not run.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MaxModelCallsPerTurn int32 `json:"maxModelCallsPerTurn,omitempty"`
+
+	// InterruptDeadline is how long an approval or a question waits for a
+	// person before it expires, on the engine's clock. Unset, they wait until
+	// answered.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="interruptDeadline must be at least 1s"
+	InterruptDeadline *metav1.Duration `json:"interruptDeadline,omitempty"`
+
+	// MaxDurableWait is the longest wait the durable_wait tool accepts.
+	// +optional
+	// +kubebuilder:default="8760h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="maxDurableWait must be at least 1s"
+	MaxDurableWait *metav1.Duration `json:"maxDurableWait,omitempty"`
+
+	// EventStreamCapacity is how many bytes of live session events, such as
+	// text deltas, a session keeps for browsers that reconnect.
+	// +optional
+	// +kubebuilder:default="10Mi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ki')) >= 0 && quantity(string(self)).compareTo(quantity('1Gi')) <= 0",message="eventStreamCapacity must be between 64Ki and 1Gi"
+	EventStreamCapacity *resource.Quantity `json:"eventStreamCapacity,omitempty"`
+}
+
+// EngineSpec locates the Temporal service.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.apiKeySecretRef) || has(self.tls)",message="tls is required with apiKeySecretRef: the API key must not travel in clear text",fieldPath=".tls"
+type EngineSpec struct {
+	// Address is the host:port of the Temporal frontend.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s/]+:[0-9]{1,5}$`
+	Address string `json:"address"`
+
+	// Namespace is the Temporal namespace of the sessions.
+	// +optional
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	Namespace string `json:"namespace,omitempty"`
+
+	// TLS turns on TLS to the engine.
+	// +optional
+	TLS *EngineTLS `json:"tls,omitempty"`
+
+	// APIKeySecretRef selects the Secret key that holds an engine API key.
+	// +optional
+	APIKeySecretRef *SecretKeyReference `json:"apiKeySecretRef,omitempty"`
+}
+
+// EngineTLS configures TLS to the engine. Without a Secret, the system's
+// certificate authorities verify the server.
+type EngineTLS struct {
+	// SecretRef names a Secret with ca.crt, to verify the server with a
+	// private authority, and/or tls.crt and tls.key, for a client certificate.
+	// +optional
+	SecretRef *SecretReference `json:"secretRef,omitempty"`
+
+	// ServerName overrides the name the server's certificate is checked
+	// against.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// WorkersSpec is the pool of worker pods.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(self.engineVersion)",message="image and engineVersion are set together: rollouts follow the engine version the image carries",fieldPath=".engineVersion"
+type WorkersSpec struct {
+	// Image is the worker image: the stock agent-worker, or a team's own
+	// worker built on the public Go API. Unset, the operator's stock worker
+	// image is used.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image,omitempty"`
+
+	// EngineVersion is the version of the session engine the image carries.
+	// The operator plans rollouts and gates session features by it. Set with
+	// image; unset, the stock image's version is used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`
+	EngineVersion string `json:"engineVersion,omitempty"`
+
+	// Replicas is the desired number of worker pods. The Agent's scale
+	// subresource reads and writes it, so HorizontalPodAutoscalers, KEDA and
+	// kubectl scale target the Agent.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// TaskSlots is how many Steps one worker runs at once. Tool calls of one
+	// model response run in parallel, so give at least the largest batch of
+	// tool calls a model makes.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	TaskSlots int32 `json:"taskSlots,omitempty"`
+
+	// Resources of the worker container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// NodeSelector constrains worker pods to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of worker pods.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// ServiceAccountName runs workers as this existing ServiceAccount, such as
+	// one bound to a cloud identity. Unset, the operator creates one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// ImagePullSecrets for the worker image.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// Env adds environment variables to the worker container, such as
+	// credentials a team's own tools read. Names starting with STEPWISE_ are
+	// reserved.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !e.name.startsWith('STEPWISE_'))",message="env names starting with STEPWISE_ are reserved for the operator"
+	Env []corev1.EnvVar `json:"env,omitempty"`
+}
+
+// WorkerVersion counts the workers that run one engine version.
+type WorkerVersion struct {
+	// EngineVersion is the session engine version these workers run.
+	// +required
+	EngineVersion string `json:"engineVersion"`
+
+	// Replicas is how many worker pods run this version.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// ReadyReplicas is how many of them are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+}
+
+// PublishedFlowGraph locates the session Flow graph the operator published.
+type PublishedFlowGraph struct {
+	// ConfigMapName is the ConfigMap, in the Agent's namespace, that holds the
+	// graph document.
+	// +required
+	ConfigMapName string `json:"configMapName"`
+
+	// Digest is the SHA-256 of the graph document.
+	// +required
+	Digest string `json:"digest"`
+}
+
+// AgentStatus reports what the operator applied and what is running.
+type AgentStatus struct {
+	// ObservedGeneration is the generation the controller last reconciled
+	// successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions report the Agent's state; see the Condition* constants.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Replicas is the number of worker pods, of any version.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// ReadyReplicas is the number of ready worker pods.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// Selector is the label selector of the worker pods, for the scale
+	// subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// WorkerVersions lists the engine versions of the workers live now.
+	// +optional
+	// +listType=map
+	// +listMapKey=engineVersion
+	WorkerVersions []WorkerVersion `json:"workerVersions,omitempty"`
+
+	// TaskQueue is the engine task queue the workers poll; clients start
+	// sessions on it.
+	// +optional
+	TaskQueue string `json:"taskQueue,omitempty"`
+
+	// ConfigDigest is the digest of the applied worker configuration, with
+	// the hashes of the Secret values it references. Workers roll when it
+	// changes.
+	// +optional
+	ConfigDigest string `json:"configDigest,omitempty"`
+
+	// SessionFlowGraph is the published session Flow graph.
+	// +optional
+	SessionFlowGraph *PublishedFlowGraph `json:"sessionFlowGraph,omitempty"`
+}
+
+// Agent is one agent session Flow type and the workers that run its
+// sessions.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.workers.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=agt,categories=stepwise
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]{0,47}[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 49 characters, so the names of the objects the Agent owns stay valid"
+// +kubebuilder:printcolumn:name="Flow Type",type=string,JSONPath=`.spec.flowType`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.model.provider`
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.workers.replicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Task Queue",type=string,JSONPath=`.status.taskQueue`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Agent struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired agent.
+	// +required
+	Spec AgentSpec `json:"spec"`
+
+	// Status is what the operator observed and applied.
+	// +optional
+	Status AgentStatus `json:"status,omitempty"`
+}
+
+// AgentList is a list of Agents.
+//
+// +kubebuilder:object:root=true
+type AgentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the Agents.
+	Items []Agent `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Agent{}, &AgentList{})
+}

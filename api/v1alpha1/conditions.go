@@ -1,0 +1,83 @@
+package v1alpha1
+
+// Condition types. Each says what True means.
+const (
+	// ConditionReady is True when the controller applied everything the
+	// resource asks for as of status.observedGeneration: for an Agent, its
+	// worker configuration, ServiceAccount, Deployment and session Flow graph;
+	// for a ToolSource or MediaStore, a spec whose Secrets exist and whose
+	// fields are consistent. It does not say that worker pods are running; see
+	// ConditionWorkersAvailable.
+	ConditionReady = "Ready"
+
+	// ConditionWorkersAvailable is True when the Agent's worker Deployment has
+	// at least its desired number of available replicas, or is scaled to zero.
+	ConditionWorkersAvailable = "WorkersAvailable"
+
+	// ConditionInUse is True on a MediaStore while at least one Agent
+	// references it. Deletion of a MediaStore waits until it is False, because
+	// sessions still read the images it holds.
+	ConditionInUse = "InUse"
+)
+
+// Reasons for ConditionReady.
+const (
+	// ReasonReconciled: everything the resource asks for is applied.
+	ReasonReconciled = "Reconciled"
+	// ReasonToolSourceNotFound: a ToolSource the Agent references does not exist.
+	ReasonToolSourceNotFound = "ToolSourceNotFound"
+	// ReasonToolSourceNotReady: a referenced ToolSource is not Ready.
+	ReasonToolSourceNotReady = "ToolSourceNotReady"
+	// ReasonToolSourceConflict: two ToolSources of the Agent have the same
+	// source name, so their tools and stored calls could not be told apart,
+	// or both offer the resource and prompt tools, whose names would clash.
+	ReasonToolSourceConflict = "ToolSourceConflict"
+	// ReasonMediaStoreNotFound: the referenced MediaStore does not exist.
+	ReasonMediaStoreNotFound = "MediaStoreNotFound"
+	// ReasonMediaStoreNotReady: the referenced MediaStore is not Ready, or is
+	// being deleted.
+	ReasonMediaStoreNotReady = "MediaStoreNotReady"
+	// ReasonSecretNotFound: a referenced Secret does not exist.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretKeyNotFound: a referenced Secret lacks the referenced key.
+	ReasonSecretKeyNotFound = "SecretKeyNotFound"
+	// ReasonEngineNotConfigured: the Agent names no engine and the operator has
+	// no default engine.
+	ReasonEngineNotConfigured = "EngineNotConfigured"
+	// ReasonFlowTypeConflict: another Agent already claims this Flow type on the
+	// same engine namespace; the first claimant keeps its workers.
+	ReasonFlowTypeConflict = "FlowTypeConflict"
+	// ReasonInvalidSpec: the spec passed the API server's checks but cannot be
+	// rendered, such as a worker configuration too large for a ConfigMap.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonReconcileFailed: reading or writing an object on the API server
+	// failed; the controller retries.
+	ReasonReconcileFailed = "ReconcileFailed"
+)
+
+// Reasons for ConditionWorkersAvailable.
+const (
+	// ReasonDeploymentAvailable: the desired number of workers is available.
+	ReasonDeploymentAvailable = "DeploymentAvailable"
+	// ReasonDeploymentUnavailable: fewer workers are available than desired.
+	ReasonDeploymentUnavailable = "DeploymentUnavailable"
+	// ReasonScaledToZero: the Agent asks for zero workers.
+	ReasonScaledToZero = "ScaledToZero"
+	// ReasonDeploymentNotCreated: no worker Deployment exists yet.
+	ReasonDeploymentNotCreated = "DeploymentNotCreated"
+)
+
+// Reasons for ConditionInUse.
+const (
+	// ReasonReferencedByAgents: at least one Agent references the MediaStore.
+	ReasonReferencedByAgents = "ReferencedByAgents"
+	// ReasonDeletionBlocked: the MediaStore is being deleted and waits for the
+	// Agents that reference it to stop referencing it.
+	ReasonDeletionBlocked = "DeletionBlocked"
+	// ReasonNotReferenced: no Agent references the MediaStore.
+	ReasonNotReferenced = "NotReferenced"
+)
+
+// MediaStoreProtectionFinalizer keeps a MediaStore until no Agent references
+// it.
+const MediaStoreProtectionFinalizer = "agents.stepwise.run/in-use-protection"

@@ -1,0 +1,23 @@
+// Package v1alpha1 holds the agents.stepwise.run API: Agent, ToolSource and
+// MediaStore, the resources a platform team applies to run durable agent
+// sessions.
+//
+// +kubebuilder:object:generate=true
+// +groupName=agents.stepwise.run
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of every kind in this package.
+	GroupVersion = schema.GroupVersion{Group: "agents.stepwise.run", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the kinds of this package with a runtime scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the kinds of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

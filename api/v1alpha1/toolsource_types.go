@@ -1,0 +1,220 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ToolSourceSpec defines tools that are listed at run time: one MCP server.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.sourceName) == has(oldSelf.sourceName)",message="sourceName cannot be added or removed: stored tool calls reach their source by this name",fieldPath=".sourceName"
+type ToolSourceSpec struct {
+	// SourceName names the source in tool names (`<sourceName>__<tool>`) and in
+	// every stored tool call, so a call reaches its source on any worker. It
+	// must be unique among an Agent's ToolSources and cannot change. Unset, it
+	// is the ToolSource's name, which must then be a valid source name.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sourceName is immutable: stored tool calls reach their source by this name"
+	SourceName string `json:"sourceName,omitempty"`
+
+	// MCP is the MCP server that lists and runs the tools.
+	// +required
+	MCP MCPServer `json:"mcp"`
+
+	// TrustToolAnnotations takes the server's readOnlyHint and idempotentHint
+	// annotations, and its declared effects, as the tools' effect classes.
+	// Set it to false for a server whose hints you do not control: its tools
+	// then keep the Agent's defaultToolEffect unless a policy names them.
+	// +optional
+	// +kubebuilder:default=true
+	TrustToolAnnotations *bool `json:"trustToolAnnotations,omitempty"`
+
+	// ListingTTL is how long a worker offers a listing before it lists the
+	// server again in the background.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="listingTTL must be between 1s and 24h"
+	ListingTTL *metav1.Duration `json:"listingTTL,omitempty"`
+
+	// ConnectionTimeout bounds connecting to the server and each handshake
+	// request.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('10m')",message="connectionTimeout must be between 100ms and 10m"
+	ConnectionTimeout *metav1.Duration `json:"connectionTimeout,omitempty"`
+
+	// RequestTimeout bounds one tools/call request.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="requestTimeout must be between 1s and 1h"
+	RequestTimeout *metav1.Duration `json:"requestTimeout,omitempty"`
+
+	// ResourceAndPromptTools also offers the read tools
+	// mcp_list_resources_and_prompts, mcp_read_resource and mcp_get_prompt.
+	// Enable them on one ToolSource of an Agent only.
+	// +optional
+	ResourceAndPromptTools bool `json:"resourceAndPromptTools,omitempty"`
+}
+
+// MCPServer is one MCP server, reached over exactly one transport.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.stdio) != has(self.streamableHTTP)",message="exactly one of stdio or streamableHTTP must be set"
+type MCPServer struct {
+	// Stdio runs the server as a process in the worker container, one
+	// process per request. The command runs with the worker's privileges, so
+	// it comes only from this resource, never from session input.
+	// +optional
+	Stdio *MCPStdio `json:"stdio,omitempty"`
+
+	// StreamableHTTP reaches the server over MCP Streamable HTTP.
+	// +optional
+	StreamableHTTP *MCPStreamableHTTP `json:"streamableHTTP,omitempty"`
+}
+
+// MCPStdio is an MCP server run as a process.
+type MCPStdio struct {
+	// Command is the executable, a path or a name on the worker image's PATH.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Command string `json:"command"`
+
+	// Args are the command's arguments.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Args []string `json:"args,omitempty"`
+
+	// Env sets environment variables of the server process.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Env []ValueVar `json:"env,omitempty"`
+}
+
+// MCPStreamableHTTP is an MCP server reached over Streamable HTTP.
+type MCPStreamableHTTP struct {
+	// URL is the server's MCP endpoint.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	URL string `json:"url"`
+
+	// Headers are sent with every request, such as Authorization from a
+	// Secret.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Headers []HTTPHeader `json:"headers,omitempty"`
+}
+
+// ValueVar is a named value, given inline or taken from a Secret.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.value) != has(self.valueFrom)",message="exactly one of value or valueFrom must be set"
+type ValueVar struct {
+	// Name of the variable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+
+	// Value given inline. Do not put secrets here; use valueFrom.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Value *string `json:"value,omitempty"`
+
+	// ValueFrom takes the value from a Secret.
+	// +optional
+	ValueFrom *SecretValueSource `json:"valueFrom,omitempty"`
+}
+
+// HTTPHeader is a request header, given inline or taken from a Secret.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.value) != has(self.valueFrom)",message="exactly one of value or valueFrom must be set"
+type HTTPHeader struct {
+	// Name of the header.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	Name string `json:"name"`
+
+	// Value given inline. Do not put secrets here; use valueFrom.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	Value *string `json:"value,omitempty"`
+
+	// ValueFrom takes the value from a Secret, such as "Bearer <token>" for
+	// an Authorization header.
+	// +optional
+	ValueFrom *SecretValueSource `json:"valueFrom,omitempty"`
+}
+
+// ToolSourceStatus reports the ToolSource's state.
+type ToolSourceStatus struct {
+	// ObservedGeneration is the generation the controller last reconciled
+	// successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions report the ToolSource's state.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// SourceName is the source name in effect: spec.sourceName, or the
+	// resource's name.
+	// +optional
+	SourceName string `json:"sourceName,omitempty"`
+}
+
+// ToolSource is an MCP server whose tools Agents offer to their models.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ts,categories=stepwise
+// +kubebuilder:validation:XValidation:rule="has(self.spec.sourceName) || self.metadata.name.matches('^[A-Za-z0-9_-]{1,32}$')",message="spec.sourceName is required when metadata.name is not a valid source name (letters, digits, '_' and '-', at most 32 characters)"
+// +kubebuilder:printcolumn:name="Source Name",type=string,JSONPath=`.status.sourceName`
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.mcp.streamableHTTP.url`
+// +kubebuilder:printcolumn:name="Command",type=string,JSONPath=`.spec.mcp.stdio.command`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ToolSource struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired tool source.
+	// +required
+	Spec ToolSourceSpec `json:"spec"`
+
+	// Status is what the operator observed.
+	// +optional
+	Status ToolSourceStatus `json:"status,omitempty"`
+}
+
+// ToolSourceList is a list of ToolSources.
+//
+// +kubebuilder:object:root=true
+type ToolSourceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the ToolSources.
+	Items []ToolSource `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ToolSource{}, &ToolSourceList{})
+}

@@ -1,0 +1,391 @@
+package controller_test
+
+import (
+	"encoding/json"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+var _ = Describe("Agent reconciler", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("creates the worker ConfigMap, ServiceAccount, Deployment and Flow graph, owned by the Agent", func() {
+		secret := secretFixture(ns, "openai", map[string]string{"api-key": "sk-test-value"})
+		ts := toolSourceFixture(ns, "files")
+		ms := mediaStoreFixture(ns, "media")
+		agent := agentFixture(ns, "support", withOpenAIKey("openai", "api-key"), withToolSources("files"), withMediaStore("media"))
+		create(secret, ts, ms, agent)
+		expectReady(ts, ms, agent)
+
+		owned := []client.Object{
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.ConfigMapName(agent.Name)}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.GraphConfigMapName(agent.Name)}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}},
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}},
+		}
+		for _, obj := range owned {
+			obj.SetNamespace(ns)
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			Expect(obj.GetOwnerReferences()).To(ConsistOf(And(
+				HaveField("APIVersion", agentsv1.GroupVersion.String()),
+				HaveField("Kind", "Agent"),
+				HaveField("Name", agent.Name),
+				HaveField("UID", agent.UID),
+				HaveField("Controller", ptr.To(true)),
+				HaveField("BlockOwnerDeletion", ptr.To(true)),
+			)), "%T %s", obj, obj.GetName())
+		}
+
+		By("rendering one complete worker configuration with no secret in it")
+		cm := owned[0].(*corev1.ConfigMap)
+		doc := cm.Data[workerconfig.FileName]
+		Expect(doc).NotTo(ContainSubstring("sk-test-value"))
+		cfg, err := workerconfig.Decode([]byte(doc))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cfg.FlowType).To(Equal(agent.Spec.FlowType))
+		Expect(cfg.Engine.Address).To(Equal(defaultEngineAddress))
+		Expect(cfg.Engine.TaskQueue).To(Equal("stepwise/" + agent.Spec.FlowType))
+		Expect(cfg.TaskSlots).To(Equal(int32(100)))
+		Expect(cfg.ToolSources).To(HaveLen(1))
+		Expect(cfg.ToolSources[0].SourceName).To(Equal("files"))
+		Expect(cfg.MediaStore).NotTo(BeNil())
+		Expect(cfg.Definition.Model.APIKey).NotTo(BeNil())
+		keyEnv := cfg.Definition.Model.APIKey.Env
+
+		By("passing the key to the worker as an environment variable from the Secret")
+		deployment := owned[3].(*appsv1.Deployment)
+		Expect(*deployment.Spec.Replicas).To(Equal(int32(1)))
+		pod := deployment.Spec.Template
+		Expect(pod.Labels).To(HaveKeyWithValue(render.LabelEngineVersion, stockEngineVersion))
+		Expect(pod.Annotations).To(HaveKeyWithValue(render.AnnotationConfigDigest, agent.Status.ConfigDigest))
+		Expect(pod.Spec.ServiceAccountName).To(Equal(render.WorkerName(agent.Name)))
+		container := pod.Spec.Containers[0]
+		Expect(container.Image).To(Equal(stockWorkerImage))
+		Expect(container.Env).To(ContainElement(And(
+			HaveField("Name", keyEnv),
+			HaveField("ValueFrom.SecretKeyRef.Name", "openai"),
+			HaveField("ValueFrom.SecretKeyRef.Key", "api-key"),
+		)))
+		Expect(container.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
+		Expect(container.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
+		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("ConfigMap.Name", cm.Name)))
+
+		By("reporting what it applied")
+		Expect(agent.Status.TaskQueue).To(Equal("stepwise/" + agent.Spec.FlowType))
+		Expect(agent.Status.Selector).To(Equal(render.Selector(agent.Name)))
+		Expect(agent.Status.ObservedGeneration).To(Equal(agent.Generation))
+		graph := owned[1].(*corev1.ConfigMap)
+		Expect(agent.Status.SessionFlowGraph).NotTo(BeNil())
+		Expect(agent.Status.SessionFlowGraph.Digest).To(Equal(graph.Annotations[render.AnnotationGraphDigest]))
+		var doc2 map[string]any
+		Expect(json.Unmarshal([]byte(graph.Data["graph.json"]), &doc2)).To(Succeed())
+		Expect(doc2).To(HaveKeyWithValue("flowType", agent.Spec.FlowType))
+		Expect(conditionOf(agent, agentsv1.ConditionWorkersAvailable)(Default)).
+			To(haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonDeploymentUnavailable))
+	})
+
+	It("uses a ServiceAccount the Agent names instead of creating one", func() {
+		agent := agentFixture(ns, "own-sa", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{ServiceAccountName: "cloud-identity"}
+		})
+		create(agent)
+		expectReady(agent)
+		Expect(workerDeployment(Default, agent).Spec.Template.Spec.ServiceAccountName).To(Equal("cloud-identity"))
+		err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &corev1.ServiceAccount{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	})
+
+	Describe("the config digest", func() {
+		It("changes when a referenced Secret's value rotates, and the value appears in no object", func() {
+			create(secretFixture(ns, "openai", map[string]string{"api-key": "first-key-value"}),
+				agentFixture(ns, "rotate", withOpenAIKey("openai", "api-key")))
+			agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rotate"}}
+			expectReady(agent)
+			first := configDigest(agent)(Default)
+
+			secret := &corev1.Secret{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "openai"}, secret)).To(Succeed())
+			secret.Data["api-key"] = []byte("second-key-value")
+			Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
+			Eventually(configDigest(agent)).ShouldNot(Equal(first))
+			Eventually(func(g Gomega) string {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				return agent.Status.ConfigDigest
+			}).Should(Equal(configDigest(agent)(Default)))
+
+			for _, value := range []string{"first-key-value", "second-key-value"} {
+				Expect(dumpNamespace(ns)).NotTo(ContainSubstring(value))
+			}
+		})
+
+		It("changes when a referenced ToolSource changes, or a Secret it references rotates", func() {
+			create(secretFixture(ns, "tickets", map[string]string{"authorization": "Bearer one"}),
+				toolSourceFixture(ns, "tickets", withHeaderFromSecret("Authorization", "tickets", "authorization")),
+				agentFixture(ns, "ts-change", withToolSources("tickets")))
+			agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ts-change"}}
+			expectReady(agent)
+			first := configDigest(agent)(Default)
+
+			ts := &agentsv1.ToolSource{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "tickets"}, ts)).To(Succeed())
+			ts.Spec.RequestTimeout = &metav1.Duration{Duration: 90_000_000_000}
+			Expect(k8sClient.Update(suiteCtx, ts)).To(Succeed())
+			Eventually(configDigest(agent)).ShouldNot(Equal(first))
+			second := configDigest(agent)(Default)
+
+			secret := &corev1.Secret{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "tickets"}, secret)).To(Succeed())
+			secret.Data["authorization"] = []byte("Bearer two")
+			Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
+			Eventually(configDigest(agent)).ShouldNot(Equal(second))
+		})
+
+		It("changes when the referenced MediaStore changes, or its credentials rotate", func() {
+			create(secretFixture(ns, "s3", map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "one"}),
+				mediaStoreFixture(ns, "media", withS3Credentials("bucket-one", "s3")),
+				agentFixture(ns, "ms-change", withMediaStore("media")))
+			agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ms-change"}}
+			expectReady(agent)
+			first := configDigest(agent)(Default)
+
+			ms := &agentsv1.MediaStore{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "media"}, ms)).To(Succeed())
+			ms.Spec.S3.Prefix = "sessions"
+			Expect(k8sClient.Update(suiteCtx, ms)).To(Succeed())
+			Eventually(configDigest(agent)).ShouldNot(Equal(first))
+			second := configDigest(agent)(Default)
+
+			secret := &corev1.Secret{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "s3"}, secret)).To(Succeed())
+			secret.Data["AWS_SECRET_ACCESS_KEY"] = []byte("two")
+			Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
+			Eventually(configDigest(agent)).ShouldNot(Equal(second))
+		})
+
+		It("stays the same, and nothing is rewritten, when nothing changed", func() {
+			agent := agentFixture(ns, "steady")
+			create(agent)
+			expectReady(agent)
+			graph := &corev1.ConfigMap{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.GraphConfigMapName(agent.Name)}, graph)).To(Succeed())
+			deployment := workerDeployment(Default, agent)
+
+			// A label change is a new event but no new generation.
+			agent.Labels = map[string]string{"team": "support"}
+			Expect(k8sClient.Update(suiteCtx, agent)).To(Succeed())
+			Consistently(func(g Gomega) {
+				current := &corev1.ConfigMap{}
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(graph), current)).To(Succeed())
+				g.Expect(current.ResourceVersion).To(Equal(graph.ResourceVersion))
+				g.Expect(workerDeployment(g, agent).ResourceVersion).To(Equal(deployment.ResourceVersion))
+			}).Should(Succeed())
+		})
+	})
+
+	Describe("references that are missing or not ready", func() {
+		It("reports a missing ToolSource, applies nothing, and recovers when it appears", func() {
+			agent := agentFixture(ns, "waits", withToolSources("later"))
+			create(agent)
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound),
+				HaveField("Message", ContainSubstring(`spec.toolSources[0]: ToolSource "later" does not exist`))))
+			Expect(agent.Status.ObservedGeneration).To(Equal(agent.Generation))
+			Consistently(func() bool {
+				err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &appsv1.Deployment{})
+				return apierrors.IsNotFound(err)
+			}).Should(BeTrue())
+
+			create(toolSourceFixture(ns, "later"))
+			expectReady(agent)
+		})
+
+		It("reports a ToolSource whose Secret is missing as not ready", func() {
+			ts := toolSourceFixture(ns, "tickets", withHeaderFromSecret("Authorization", "absent", "token"))
+			agent := agentFixture(ns, "ts-secret", withToolSources("tickets"))
+			create(ts, agent)
+			Eventually(conditionOf(ts, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonSecretNotFound),
+				HaveField("Message", ContainSubstring(`spec.mcp.streamableHTTP.headers[Authorization].valueFrom.secretKeyRef: Secret "absent" does not exist`))))
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotReady),
+				HaveField("Message", ContainSubstring(`ToolSource "tickets" is not Ready (SecretNotFound`))))
+
+			create(secretFixture(ns, "absent", map[string]string{"token": "t"}))
+			expectReady(ts, agent)
+		})
+
+		It("reports a missing MediaStore and a Secret without the referenced key", func() {
+			agent := agentFixture(ns, "media-missing", withMediaStore("nowhere"))
+			create(agent)
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonMediaStoreNotFound),
+				HaveField("Message", ContainSubstring(`spec.mediaStore: MediaStore "nowhere" does not exist`))))
+
+			keyless := agentFixture(ns, "key-missing", withOpenAIKey("openai", "api-key"))
+			create(secretFixture(ns, "openai", map[string]string{"other": "x"}), keyless)
+			Eventually(conditionOf(keyless, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonSecretKeyNotFound),
+				HaveField("Message", ContainSubstring(`spec.model.apiKeySecretRef: Secret "openai" has no key "api-key"`))))
+		})
+
+		It("keeps the workers it applied when a reference breaks later", func() {
+			create(toolSourceFixture(ns, "files"))
+			agent := agentFixture(ns, "keeps", withToolSources("files"))
+			create(agent)
+			expectReady(agent)
+			applied := configDigest(agent)(Default)
+
+			agent.Spec.ToolSources = append(agent.Spec.ToolSources, agentsv1.LocalObjectReference{Name: "missing"})
+			Expect(k8sClient.Update(suiteCtx, agent)).To(Succeed())
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound))
+			Consistently(configDigest(agent)).Should(Equal(applied))
+		})
+
+		It("refuses two ToolSources with one source name", func() {
+			create(toolSourceFixture(ns, "one", withSourceName("shared")), toolSourceFixture(ns, "two", withSourceName("shared")))
+			agent := agentFixture(ns, "clash", withToolSources("one", "two"))
+			create(agent)
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceConflict),
+				HaveField("Message", ContainSubstring(`source name "shared"`))))
+		})
+	})
+
+	Describe("Flow type claims", func() {
+		It("lets the first claimant keep its workers and reports the conflict on the other", func() {
+			first := agentFixture(ns, "first", withFlowType("ClaimedAgent"))
+			create(first)
+			expectReady(first)
+
+			otherNS := newNamespace()
+			second := agentFixture(otherNS, "second", withFlowType("ClaimedAgent"))
+			create(second)
+			Eventually(conditionOf(second, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
+				HaveField("Message", ContainSubstring(`Agent `+ns+`/first already claims Flow type "ClaimedAgent"`))))
+			err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: otherNS, Name: render.WorkerName(second.Name)}, &appsv1.Deployment{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue())
+			expectReady(first)
+
+			By("allowing the same Flow type on another engine namespace")
+			third := agentFixture(otherNS, "third", withFlowType("ClaimedAgent"), withEngine(defaultEngineAddress, "staging"))
+			create(third)
+			expectReady(third)
+
+			By("handing the claim over when the first claimant goes away")
+			Expect(k8sClient.Delete(suiteCtx, first)).To(Succeed())
+			expectReady(second)
+		})
+
+		It("never takes workers away from the claimant that runs them, even for an older Agent", func() {
+			older := agentFixture(ns, "older", withFlowType("MovedAgent"), withEngine(defaultEngineAddress, "green"))
+			create(older)
+			expectReady(older)
+			holder := agentFixture(ns, "holder", withFlowType("MovedAgent"), withEngine(defaultEngineAddress, "blue"))
+			create(holder)
+			expectReady(holder)
+
+			// The older Agent moves onto the namespace where the holder runs.
+			older.Spec.Engine.Namespace = "blue"
+			Expect(k8sClient.Update(suiteCtx, older)).To(Succeed())
+			Eventually(conditionOf(older, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
+				HaveField("Message", ContainSubstring("Agent "+ns+"/holder already claims"))))
+			expectReady(holder)
+		})
+	})
+
+	Describe("scaling", func() {
+		It("follows kubectl scale on the Agent and reports the scale subresource", func() {
+			agent := agentFixture(ns, "scaled", withReplicas(1))
+			create(agent)
+			expectReady(agent)
+
+			out, err := kubectl("scale", "--namespace", ns, "agents.agents.stepwise.run/scaled", "--replicas=3")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Eventually(func(g Gomega) int32 { return *workerDeployment(g, agent).Spec.Replicas }).Should(Equal(int32(3)))
+
+			out, err = kubectl("get", "--namespace", ns, "--raw",
+				"/apis/agents.stepwise.run/v1alpha1/namespaces/"+ns+"/agents/scaled/scale")
+			Expect(err).NotTo(HaveOccurred(), out)
+			var scale struct {
+				Spec   struct{ Replicas int32 }
+				Status struct{ Selector string }
+			}
+			Expect(json.Unmarshal([]byte(out), &scale)).To(Succeed())
+			Expect(scale.Spec.Replicas).To(Equal(int32(3)))
+			Expect(scale.Status.Selector).To(Equal(render.Selector(agent.Name)))
+		})
+
+		It("reports available workers and the engine versions live", func() {
+			agent := agentFixture(ns, "live", withReplicas(2))
+			create(agent)
+			expectReady(agent)
+			deployment := workerDeployment(Default, agent)
+
+			// No kubelet or Deployment controller runs here: write what they would.
+			deployment.Status = appsv1.DeploymentStatus{
+				ObservedGeneration: deployment.Generation, Replicas: 2, ReadyReplicas: 2, AvailableReplicas: 2, UpdatedReplicas: 2,
+			}
+			Expect(k8sClient.Status().Update(suiteCtx, deployment)).To(Succeed())
+			for i, version := range []string{"0.1.0", "0.2.0"} {
+				rs := &appsv1.ReplicaSet{
+					ObjectMeta: metav1.ObjectMeta{
+						Namespace: ns, Name: deployment.Name + "-" + strings.ReplaceAll(version, ".", ""),
+						Labels:    deployment.Spec.Template.Labels,
+						OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment",
+							Name: deployment.Name, UID: deployment.UID, Controller: ptr.To(true)}},
+					},
+					Spec: appsv1.ReplicaSetSpec{
+						Selector: deployment.Spec.Selector,
+						Template: *deployment.Spec.Template.DeepCopy(),
+					},
+				}
+				rs.Spec.Template.Labels = map[string]string{}
+				for k, v := range deployment.Spec.Template.Labels {
+					rs.Spec.Template.Labels[k] = v
+				}
+				rs.Spec.Template.Labels[render.LabelEngineVersion] = version
+				create(rs)
+				rs.Status = appsv1.ReplicaSetStatus{Replicas: 1, ReadyReplicas: int32(i)}
+				Expect(k8sClient.Status().Update(suiteCtx, rs)).To(Succeed())
+			}
+
+			Eventually(func(g Gomega) {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				g.Expect(agent.Status.Replicas).To(Equal(int32(2)))
+				g.Expect(agent.Status.ReadyReplicas).To(Equal(int32(2)))
+				g.Expect(agent.Status.WorkerVersions).To(Equal([]agentsv1.WorkerVersion{
+					{EngineVersion: "0.1.0", Replicas: 1, ReadyReplicas: 0},
+					{EngineVersion: "0.2.0", Replicas: 1, ReadyReplicas: 1},
+				}))
+			}).Should(Succeed())
+			Eventually(conditionOf(agent, agentsv1.ConditionWorkersAvailable)).Should(
+				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonDeploymentAvailable))
+		})
+	})
+})
+
+// dumpNamespace renders every object of a namespace the operator could have
+// written, with their status, as text.
+func dumpNamespace(ns string) string {
+	GinkgoHelper()
+	out, err := kubectl("get", "--namespace", ns, "-o", "yaml",
+		"agents.agents.stepwise.run,toolsources.agents.stepwise.run,mediastores.agents.stepwise.run,configmaps,deployments,serviceaccounts")
+	Expect(err).NotTo(HaveOccurred(), out)
+	return out
+}

@@ -1,0 +1,108 @@
+package controller_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/render"
+)
+
+// The operator's defaults in these tests.
+const (
+	defaultEngineAddress = "temporal.test.svc:7233"
+	stockWorkerImage     = "ghcr.io/stepwise-run/agent-worker:test"
+	stockEngineVersion   = "0.1.0"
+)
+
+var (
+	testEnv    *envtest.Environment
+	cfg        *rest.Config
+	k8sClient  client.Client
+	kubeconfig string
+	suiteCtx   context.Context
+	cancel     context.CancelFunc
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controller suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
+		"KUBEBUILDER_ASSETS must name the directory with kube-apiserver, etcd and kubectl; run the tests with make test")
+	suiteCtx, cancel = context.WithCancel(context.Background())
+
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	var err error
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+
+	scheme, err := controller.NewScheme()
+	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	admin, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	config, err := admin.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(kubeconfig, config, 0o600)).To(Succeed())
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controller.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(controller.Setup(suiteCtx, mgr, render.Defaults{
+		Engine:              &agentsv1.EngineSpec{Address: defaultEngineAddress, Namespace: "default"},
+		WorkerImage:         stockWorkerImage,
+		WorkerEngineVersion: stockEngineVersion,
+	})).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(mgr.Start(suiteCtx)).To(Succeed())
+	}()
+
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+	SetDefaultConsistentlyDuration(2 * time.Second)
+})
+
+var _ = AfterSuite(func() {
+	cancel()
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// kubectl runs the real kubectl against the test API server.
+func kubectl(args ...string) (string, error) {
+	path := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	cmd := exec.Command(path, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,418 @@
+// Package render turns an Agent, and what it references, into the objects
+// that run its workers: the worker configuration document, its ConfigMap,
+// the ServiceAccount, the Deployment, and the published session Flow graph.
+// Everything here is pure: the controller reads the cluster, hands the
+// result in, and applies what comes out.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+)
+
+// Defaults are the operator-wide settings an Agent falls back to.
+type Defaults struct {
+	// Engine is used by Agents without spec.engine; nil when the operator
+	// has no default engine.
+	Engine *agentsv1.EngineSpec
+	// WorkerImage is the stock worker image.
+	WorkerImage string
+	// WorkerEngineVersion is the engine version the stock image carries.
+	WorkerEngineVersion string
+}
+
+// Observed is what the controller read from the API server for one Agent.
+// A missing entry means the object does not exist.
+type Observed struct {
+	// ToolSources by name.
+	ToolSources map[string]*agentsv1.ToolSource
+	// MediaStore is the referenced MediaStore.
+	MediaStore *agentsv1.MediaStore
+	// Secrets by name.
+	Secrets map[string]*corev1.Secret
+}
+
+// Blocker says why an Agent cannot be applied; Reason and Message go
+// straight into the Ready condition.
+type Blocker struct {
+	Reason  string
+	Message string
+}
+
+// Error makes a Blocker usable as an error.
+func (b *Blocker) Error() string { return b.Reason + ": " + b.Message }
+
+func blocked(reason, format string, args ...any) *Blocker {
+	return &Blocker{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// SecretKeyDigest is the SHA-256 of one Secret value the workers receive.
+// Its hash, never the value, enters the config digest, so a rotated value
+// rolls the workers.
+type SecretKeyDigest struct {
+	Secret string
+	Key    string
+	SHA256 string
+}
+
+// Resolved is an Agent with every reference looked up and checked: all a
+// builder needs.
+type Resolved struct {
+	Agent *agentsv1.Agent
+	// Engine is spec.engine, or the operator default, with defaults filled.
+	Engine agentsv1.EngineSpec
+	// EngineTLS says which files the engine TLS Secret provides.
+	EngineTLS TLSFiles
+	// ToolSources in spec order, with their effective source names.
+	ToolSources []ResolvedToolSource
+	// MediaStore is nil when the Agent references none.
+	MediaStore *agentsv1.MediaStore
+	// S3SessionToken is true when the S3 credentials Secret has a session
+	// token.
+	S3SessionToken bool
+	// WorkerImage and EngineVersion are what the workers run.
+	WorkerImage   string
+	EngineVersion string
+	// SecretDigests covers every Secret value the workers receive, sorted.
+	SecretDigests []SecretKeyDigest
+}
+
+// ResolvedToolSource is a ToolSource with its effective source name.
+type ResolvedToolSource struct {
+	*agentsv1.ToolSource
+	SourceName string
+}
+
+// TLSFiles says which files a TLS Secret provides.
+type TLSFiles struct {
+	CA         bool
+	ClientCert bool
+}
+
+// Secret keys the operator reads by convention.
+const (
+	TLSCAKey               = "ca.crt"
+	TLSCertKey             = corev1.TLSCertKey
+	TLSPrivateKeyKey       = corev1.TLSPrivateKeyKey
+	S3AccessKeyIDKey       = "AWS_ACCESS_KEY_ID"
+	S3SecretAccessKeyKey   = "AWS_SECRET_ACCESS_KEY"
+	S3SessionTokenKey      = "AWS_SESSION_TOKEN"
+	defaultEngineNamespace = "default"
+)
+
+// EffectiveSourceName is spec.sourceName, or the ToolSource's name.
+func EffectiveSourceName(ts *agentsv1.ToolSource) string {
+	if ts.Spec.SourceName != "" {
+		return ts.Spec.SourceName
+	}
+	return ts.Name
+}
+
+// EngineFor is the engine an Agent uses: its own, or the default, with the
+// namespace defaulted. ok is false when there is neither.
+func EngineFor(agent *agentsv1.Agent, defaults Defaults) (engine agentsv1.EngineSpec, ok bool) {
+	switch {
+	case agent.Spec.Engine != nil:
+		engine = *agent.Spec.Engine.DeepCopy()
+	case defaults.Engine != nil:
+		engine = *defaults.Engine.DeepCopy()
+	default:
+		return agentsv1.EngineSpec{}, false
+	}
+	if engine.Namespace == "" {
+		engine.Namespace = defaultEngineNamespace
+	}
+	return engine, true
+}
+
+// Resolve checks an Agent's references against what the controller observed
+// and returns the builders' input, or the first reason the Agent cannot be
+// applied.
+func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Resolved, *Blocker) {
+	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent}}
+	for _, check := range []func() *Blocker{
+		func() *Blocker { return r.engine(defaults) },
+		r.toolSources,
+		r.mediaStore,
+		r.secrets,
+	} {
+		if b := check(); b != nil {
+			return nil, b
+		}
+	}
+	r.out.WorkerImage, r.out.EngineVersion = defaults.WorkerImage, defaults.WorkerEngineVersion
+	if w := agent.Spec.Workers; w != nil && w.Image != "" {
+		r.out.WorkerImage, r.out.EngineVersion = w.Image, w.EngineVersion
+	}
+	return r.out, nil
+}
+
+type resolver struct {
+	agent    *agentsv1.Agent
+	observed Observed
+	out      *Resolved
+}
+
+func (r *resolver) engine(defaults Defaults) *Blocker {
+	engine, ok := EngineFor(r.agent, defaults)
+	if !ok {
+		return blocked(agentsv1.ReasonEngineNotConfigured,
+			"spec.engine is not set and the operator has no default engine (--default-engine-address)")
+	}
+	r.out.Engine = engine
+	return nil
+}
+
+func (r *resolver) toolSources() *Blocker {
+	bySourceName := map[string]string{}
+	resourceTools := ""
+	for i, ref := range r.agent.Spec.ToolSources {
+		field := fmt.Sprintf("spec.toolSources[%d]", i)
+		ts, ok := r.observed.ToolSources[ref.Name]
+		if !ok {
+			return blocked(agentsv1.ReasonToolSourceNotFound, "%s: ToolSource %q does not exist", field, ref.Name)
+		}
+		if why := notReady(ts.DeletionTimestamp != nil, ts.Generation, ts.Status.ObservedGeneration, ts.Status.Conditions); why != "" {
+			return blocked(agentsv1.ReasonToolSourceNotReady, "%s: ToolSource %q %s", field, ref.Name, why)
+		}
+		name := EffectiveSourceName(ts)
+		if other, dup := bySourceName[name]; dup {
+			return blocked(agentsv1.ReasonToolSourceConflict,
+				"%s: ToolSources %q and %q both have source name %q; source names must be unique per Agent", field, other, ref.Name, name)
+		}
+		bySourceName[name] = ref.Name
+		if ts.Spec.ResourceAndPromptTools {
+			if resourceTools != "" {
+				return blocked(agentsv1.ReasonToolSourceConflict,
+					"%s: ToolSources %q and %q both enable resourceAndPromptTools; enable them on one ToolSource of an Agent", field, resourceTools, ref.Name)
+			}
+			resourceTools = ref.Name
+		}
+		r.out.ToolSources = append(r.out.ToolSources, ResolvedToolSource{ToolSource: ts, SourceName: name})
+	}
+	return nil
+}
+
+func (r *resolver) mediaStore() *Blocker {
+	ref := r.agent.Spec.MediaStore
+	if ref == nil {
+		return nil
+	}
+	ms := r.observed.MediaStore
+	if ms == nil || ms.Name != ref.Name {
+		return blocked(agentsv1.ReasonMediaStoreNotFound, "spec.mediaStore: MediaStore %q does not exist", ref.Name)
+	}
+	if why := notReady(ms.DeletionTimestamp != nil, ms.Generation, ms.Status.ObservedGeneration, ms.Status.Conditions); why != "" {
+		return blocked(agentsv1.ReasonMediaStoreNotReady, "spec.mediaStore: MediaStore %q %s", ref.Name, why)
+	}
+	r.out.MediaStore = ms
+	return nil
+}
+
+// notReady explains why a referenced object cannot be used yet, or returns
+// "".
+func notReady(deleting bool, generation, observedGeneration int64, conditions []metav1.Condition) string {
+	if deleting {
+		return "is being deleted"
+	}
+	ready := meta.FindStatusCondition(conditions, agentsv1.ConditionReady)
+	switch {
+	case ready == nil || observedGeneration != generation:
+		return "has not been reconciled yet"
+	case ready.Status != "True":
+		return fmt.Sprintf("is not Ready (%s: %s)", ready.Reason, ready.Message)
+	}
+	return ""
+}
+
+// SecretUse is one place a spec takes values from a Secret: the field, the
+// Secret, and the keys it must and may have.
+type SecretUse struct {
+	Field    string
+	Secret   string
+	Required []string
+	Optional []string
+}
+
+func keyUse(field string, ref *agentsv1.SecretKeyReference) []SecretUse {
+	if ref == nil {
+		return nil
+	}
+	return []SecretUse{{Field: field, Secret: ref.Name, Required: []string{ref.Key}}}
+}
+
+// ToolSourceSecretUses lists the Secret keys a ToolSource takes values from.
+// fieldPrefix starts each field, such as `ToolSource "x" ` for an Agent's
+// messages.
+func ToolSourceSecretUses(ts *agentsv1.ToolSource, fieldPrefix string) []SecretUse {
+	var uses []SecretUse
+	if s := ts.Spec.MCP.Stdio; s != nil {
+		for _, v := range s.Env {
+			if v.ValueFrom != nil {
+				uses = append(uses, keyUse(fmt.Sprintf("%sspec.mcp.stdio.env[%s].valueFrom.secretKeyRef", fieldPrefix, v.Name), &v.ValueFrom.SecretKeyRef)...)
+			}
+		}
+	}
+	if h := ts.Spec.MCP.StreamableHTTP; h != nil {
+		for _, v := range h.Headers {
+			if v.ValueFrom != nil {
+				uses = append(uses, keyUse(fmt.Sprintf("%sspec.mcp.streamableHTTP.headers[%s].valueFrom.secretKeyRef", fieldPrefix, v.Name), &v.ValueFrom.SecretKeyRef)...)
+			}
+		}
+	}
+	return uses
+}
+
+// MediaStoreSecretUses lists the Secret keys a MediaStore takes values from.
+func MediaStoreSecretUses(ms *agentsv1.MediaStore, fieldPrefix string) []SecretUse {
+	if ms.Spec.S3 == nil || ms.Spec.S3.CredentialsSecretRef == nil {
+		return nil
+	}
+	return []SecretUse{{
+		Field:    fieldPrefix + "spec.s3.credentialsSecretRef",
+		Secret:   ms.Spec.S3.CredentialsSecretRef.Name,
+		Required: []string{S3AccessKeyIDKey, S3SecretAccessKeyKey},
+		Optional: []string{S3SessionTokenKey},
+	}}
+}
+
+// AgentSecretUses lists the Secret keys an Agent's own spec takes values
+// from.
+func AgentSecretUses(agent *agentsv1.Agent) []SecretUse {
+	spec := agent.Spec
+	uses := keyUse("spec.model.apiKeySecretRef", spec.Model.APIKeySecretRef)
+	if spec.Engine != nil {
+		uses = append(uses, keyUse("spec.engine.apiKeySecretRef", spec.Engine.APIKeySecretRef)...)
+		if spec.Engine.TLS != nil && spec.Engine.TLS.SecretRef != nil {
+			uses = append(uses, SecretUse{Field: "spec.engine.tls.secretRef", Secret: spec.Engine.TLS.SecretRef.Name,
+				Optional: []string{TLSCAKey, TLSCertKey, TLSPrivateKeyKey}})
+		}
+	}
+	if spec.Workers != nil {
+		for _, env := range spec.Workers.Env {
+			if env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil {
+				continue
+			}
+			sel := env.ValueFrom.SecretKeyRef
+			use := SecretUse{Field: fmt.Sprintf("spec.workers.env[%s].valueFrom.secretKeyRef", env.Name), Secret: sel.Name}
+			if sel.Optional != nil && *sel.Optional {
+				use.Optional = []string{sel.Key}
+			} else {
+				use.Required = []string{sel.Key}
+			}
+			uses = append(uses, use)
+		}
+	}
+	return uses
+}
+
+// allSecretUses lists every Secret key the Agent's workers receive, its
+// resolved ToolSources' and MediaStore's included.
+func (r *resolver) allSecretUses() []SecretUse {
+	uses := AgentSecretUses(r.agent)
+	for _, ts := range r.out.ToolSources {
+		uses = append(uses, ToolSourceSecretUses(ts.ToolSource, fmt.Sprintf("ToolSource %q ", ts.Name))...)
+	}
+	if ms := r.out.MediaStore; ms != nil {
+		uses = append(uses, MediaStoreSecretUses(ms, fmt.Sprintf("MediaStore %q ", ms.Name))...)
+	}
+	return uses
+}
+
+// CheckSecrets returns the first use whose Secret or required key is
+// missing. A use with no required keys may name a missing Secret.
+func CheckSecrets(uses []SecretUse, secrets map[string]*corev1.Secret) *Blocker {
+	for _, use := range uses {
+		secret, ok := secrets[use.Secret]
+		if !ok {
+			if len(use.Required) == 0 {
+				continue
+			}
+			return blocked(agentsv1.ReasonSecretNotFound, "%s: Secret %q does not exist", use.Field, use.Secret)
+		}
+		for _, k := range use.Required {
+			if _, ok := secretValue(secret, k); !ok {
+				return blocked(agentsv1.ReasonSecretKeyNotFound, "%s: Secret %q has no key %q", use.Field, use.Secret, k)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *resolver) secrets() *Blocker {
+	uses := r.allSecretUses()
+	if b := CheckSecrets(uses, r.observed.Secrets); b != nil {
+		return b
+	}
+	if b := r.engineTLS(); b != nil {
+		return b
+	}
+	digests := map[string]SecretKeyDigest{}
+	for _, use := range uses {
+		secret := r.observed.Secrets[use.Secret]
+		for _, k := range slices.Concat(use.Required, use.Optional) {
+			if value, ok := secretValue(secret, k); ok {
+				sum := sha256.Sum256(value)
+				digests[use.Secret+"\x00"+k] = SecretKeyDigest{Secret: use.Secret, Key: k, SHA256: hex.EncodeToString(sum[:])}
+			}
+		}
+	}
+	for _, d := range digests {
+		r.out.SecretDigests = append(r.out.SecretDigests, d)
+	}
+	slices.SortFunc(r.out.SecretDigests, func(a, b SecretKeyDigest) int {
+		return strings.Compare(a.Secret+"\x00"+a.Key, b.Secret+"\x00"+b.Key)
+	})
+	if ms := r.out.MediaStore; ms != nil && ms.Spec.S3 != nil && ms.Spec.S3.CredentialsSecretRef != nil {
+		_, r.out.S3SessionToken = secretValue(r.observed.Secrets[ms.Spec.S3.CredentialsSecretRef.Name], S3SessionTokenKey)
+	}
+	return nil
+}
+
+func (r *resolver) engineTLS() *Blocker {
+	tls := r.out.Engine.TLS
+	if tls == nil || tls.SecretRef == nil {
+		return nil
+	}
+	secret, ok := r.observed.Secrets[tls.SecretRef.Name]
+	if !ok {
+		return blocked(agentsv1.ReasonSecretNotFound, "spec.engine.tls.secretRef: Secret %q does not exist", tls.SecretRef.Name)
+	}
+	_, ca := secretValue(secret, TLSCAKey)
+	_, cert := secretValue(secret, TLSCertKey)
+	_, key := secretValue(secret, TLSPrivateKeyKey)
+	if cert != key {
+		return blocked(agentsv1.ReasonSecretKeyNotFound,
+			"spec.engine.tls.secretRef: Secret %q must have both %s and %s for a client certificate, or neither", tls.SecretRef.Name, TLSCertKey, TLSPrivateKeyKey)
+	}
+	if !ca && !cert {
+		return blocked(agentsv1.ReasonSecretKeyNotFound,
+			"spec.engine.tls.secretRef: Secret %q has none of %s, %s and %s", tls.SecretRef.Name, TLSCAKey, TLSCertKey, TLSPrivateKeyKey)
+	}
+	r.out.EngineTLS = TLSFiles{CA: ca, ClientCert: cert}
+	return nil
+}
+
+// secretValue reads a key from data, or from stringData of a Secret that has
+// not been through the API server, as in tests.
+func secretValue(secret *corev1.Secret, key string) ([]byte, bool) {
+	if secret == nil {
+		return nil, false
+	}
+	if v, ok := secret.Data[key]; ok {
+		return v, true
+	}
+	if v, ok := secret.StringData[key]; ok {
+		return []byte(v), true
+	}
+	return nil, false
+}

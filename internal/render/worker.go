@@ -1,0 +1,573 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/media"
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+// Labels and annotations on the objects the operator owns.
+const (
+	// LabelAgent names the Agent that owns an object; with LabelName it
+	// selects the Agent's worker pods.
+	LabelAgent = "agents.stepwise.run/agent"
+	// LabelEngineVersion is the session engine version of a worker pod.
+	LabelEngineVersion = "agents.stepwise.run/engine-version"
+	// LabelName, LabelInstance and LabelManagedBy are the recommended labels.
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelFlowClaim marks an Agent's worker ConfigMap with the Flow type
+	// claim it applied; see FlowClaim.
+	LabelFlowClaim = "agents.stepwise.run/flow-claim"
+	// AnnotationConfigDigest is the config digest a pod template was rendered
+	// with; a new digest rolls the workers.
+	AnnotationConfigDigest = "agents.stepwise.run/config-digest"
+	// AnnotationGraphDigest is the digest of a published Flow graph.
+	AnnotationGraphDigest = "agents.stepwise.run/graph-digest"
+
+	// FieldOwner is the field manager of every object the operator applies.
+	FieldOwner = "stepwise-operator"
+
+	// ManagedBy is the value of LabelManagedBy on every owned object; the
+	// operator caches only objects that carry it.
+	ManagedBy = "stepwise-operator"
+
+	workerAppName = "agent-worker"
+)
+
+// Paths and ports inside a worker pod.
+const (
+	ConfigDir     = "/etc/stepwise/worker"
+	EngineTLSDir  = "/etc/stepwise/engine-tls"
+	HealthPort    = 8080
+	healthAddress = ":8080"
+
+	// EnvPodName carries the pod's name, the worker's identity on the engine.
+	EnvPodName = "STEPWISE_POD_NAME"
+	// secretEnvPrefix starts the names of variables that carry Secret values.
+	secretEnvPrefix = "STEPWISE_SECRET_"
+
+	// TaskQueuePrefix starts every task queue name.
+	TaskQueuePrefix = "stepwise/"
+
+	// maxConfigBytes keeps the config document well under a ConfigMap's
+	// 1 MiB limit.
+	maxConfigBytes = 900 * 1024
+
+	terminationGracePeriodSeconds = 300
+)
+
+// Fallbacks for fields the API server defaults. They matter only for objects
+// built in code that never passed through the API server.
+const (
+	fallbackMaxModelCallsPerTurn = 100
+	fallbackMaxDurableWait       = 365 * 24 * time.Hour
+	fallbackEventStreamCapacity  = 10 << 20
+	fallbackTaskSlots            = 100
+	fallbackTriggerRatio         = 0.85
+	fallbackKeepRatio            = 0.3
+	fallbackRetainedMessages     = 1000
+	fallbackListingTTL           = 5 * time.Minute
+	fallbackConnectionTimeout    = 30 * time.Second
+	fallbackRequestTimeout       = 10 * time.Minute
+)
+
+// WorkerName is the name of an Agent's Deployment and ServiceAccount.
+func WorkerName(agentName string) string { return agentName + "-worker" }
+
+// ConfigMapName is the name of an Agent's worker configuration ConfigMap.
+func ConfigMapName(agentName string) string { return agentName + "-worker-config" }
+
+// GraphConfigMapName is the name of an Agent's session Flow graph ConfigMap.
+func GraphConfigMapName(agentName string) string { return agentName + "-session-graph" }
+
+// TaskQueue is the engine task queue of a Flow type.
+func TaskQueue(flowType string) string { return TaskQueuePrefix + flowType }
+
+// SelectorLabels select an Agent's worker pods. They never change, because
+// a Deployment's selector cannot.
+func SelectorLabels(agentName string) map[string]string {
+	return map[string]string{LabelName: workerAppName, LabelAgent: agentName}
+}
+
+// Selector is SelectorLabels as the text the scale subresource reports.
+func Selector(agentName string) string {
+	return LabelAgent + "=" + agentName + "," + LabelName + "=" + workerAppName
+}
+
+// FlowClaim identifies a Flow type on one engine namespace. At most one
+// Agent may run workers for a claim; the value fits in a label.
+func FlowClaim(engine agentsv1.EngineSpec, flowType string) string {
+	sum := sha256.Sum256([]byte(engine.Address + "\x00" + engine.Namespace + "\x00" + flowType))
+	return hex.EncodeToString(sum[:16])
+}
+
+// SecretEnvName is the environment variable that carries one Secret key. It
+// is derived from the Secret and key, so the same key always has the same
+// variable and no value ever appears in its name.
+func SecretEnvName(secret, key string) string {
+	sum := sha256.Sum256([]byte(secret + "\x00" + key))
+	return secretEnvPrefix + strings.ToUpper(hex.EncodeToString(sum[:6]))
+}
+
+// Worker is everything the operator applies for one Agent.
+type Worker struct {
+	Config         workerconfig.Config
+	ConfigDocument []byte
+	// ConfigDigest covers the config document and the hashes of the Secret
+	// values the workers receive.
+	ConfigDigest   string
+	ConfigMap      *corev1ac.ConfigMapApplyConfiguration
+	ServiceAccount *corev1ac.ServiceAccountApplyConfiguration // nil when the Agent names its own
+	Deployment     *appsv1ac.DeploymentApplyConfiguration
+}
+
+// Graph is the published session Flow graph of one Agent.
+type Graph struct {
+	Digest    string
+	ConfigMap *corev1ac.ConfigMapApplyConfiguration
+}
+
+// RenderWorker builds the worker objects of a resolved Agent.
+func RenderWorker(r *Resolved) (*Worker, error) {
+	envs := secretEnvs{}
+	cfg := workerConfig(r, envs)
+	doc, err := cfg.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if len(doc) > maxConfigBytes {
+		return nil, &Blocker{Reason: agentsv1.ReasonInvalidSpec, Message: fmt.Sprintf(
+			"the rendered worker configuration is %d bytes, over the limit of %d; shorten spec.instructions or the tool sources", len(doc), maxConfigBytes)}
+	}
+	digest := configDigest(doc, r.SecretDigests)
+	agent := r.Agent
+	w := &Worker{Config: cfg, ConfigDocument: doc, ConfigDigest: digest}
+
+	w.ConfigMap = corev1ac.ConfigMap(ConfigMapName(agent.Name), agent.Namespace).
+		WithLabels(objectLabels(agent.Name)).
+		WithLabels(map[string]string{LabelFlowClaim: FlowClaim(r.Engine, agent.Spec.FlowType)}).
+		WithAnnotations(map[string]string{AnnotationConfigDigest: digest}).
+		WithOwnerReferences(ownerReference(agent)).
+		WithData(map[string]string{workerconfig.FileName: string(doc)})
+
+	serviceAccount := workers(agent).ServiceAccountName
+	if serviceAccount == "" {
+		serviceAccount = WorkerName(agent.Name)
+		w.ServiceAccount = corev1ac.ServiceAccount(serviceAccount, agent.Namespace).
+			WithLabels(objectLabels(agent.Name)).
+			WithOwnerReferences(ownerReference(agent))
+	}
+	w.Deployment = deployment(r, envs, serviceAccount, digest)
+	return w, nil
+}
+
+// RenderGraph builds the published session Flow graph of an Agent.
+func RenderGraph(agent *agentsv1.Agent, engineVersion string) (*Graph, error) {
+	doc, digest, err := session.Graph(agent.Spec.FlowType, engineVersion).Document()
+	if err != nil {
+		return nil, err
+	}
+	cm := corev1ac.ConfigMap(GraphConfigMapName(agent.Name), agent.Namespace).
+		WithLabels(objectLabels(agent.Name)).
+		WithAnnotations(map[string]string{AnnotationGraphDigest: digest}).
+		WithOwnerReferences(ownerReference(agent)).
+		WithData(map[string]string{"graph.json": string(doc)})
+	return &Graph{Digest: digest, ConfigMap: cm}, nil
+}
+
+func configDigest(doc []byte, secrets []SecretKeyDigest) string {
+	h := sha256.New()
+	h.Write(doc)
+	for _, s := range secrets {
+		fmt.Fprintf(h, "\nsecret %s %s %s", s.Secret, s.Key, s.SHA256)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// secretEnvs collects the Secret keys the config names, one variable each.
+type secretEnvs map[string]workerconfig.SecretEnv
+
+func (s secretEnvs) ref(secret, key string) *workerconfig.SecretEnv {
+	env := workerconfig.SecretEnv{Env: SecretEnvName(secret, key), Secret: secret, Key: key}
+	s[env.Env] = env
+	return &env
+}
+
+func (s secretEnvs) keyRef(ref *agentsv1.SecretKeyReference) *workerconfig.SecretEnv {
+	if ref == nil {
+		return nil
+	}
+	return s.ref(ref.Name, ref.Key)
+}
+
+// envVars lists the variables in name order, so the pod template is stable.
+func (s secretEnvs) envVars() []*corev1ac.EnvVarApplyConfiguration {
+	names := make([]string, 0, len(s))
+	for name := range s {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make([]*corev1ac.EnvVarApplyConfiguration, 0, len(names))
+	for _, name := range names {
+		env := s[name]
+		out = append(out, corev1ac.EnvVar().WithName(name).WithValueFrom(
+			corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(env.Secret).WithKey(env.Key))))
+	}
+	return out
+}
+
+func workers(agent *agentsv1.Agent) agentsv1.WorkersSpec {
+	if agent.Spec.Workers == nil {
+		return agentsv1.WorkersSpec{}
+	}
+	return *agent.Spec.Workers
+}
+
+func workerConfig(r *Resolved, envs secretEnvs) workerconfig.Config {
+	agent := r.Agent
+	spec := agent.Spec
+	cfg := workerconfig.Config{
+		APIVersion:    workerconfig.APIVersion,
+		Kind:          workerconfig.Kind,
+		Agent:         workerconfig.AgentRef{Namespace: agent.Namespace, Name: agent.Name},
+		FlowType:      spec.FlowType,
+		EngineVersion: r.EngineVersion,
+		Engine: workerconfig.Engine{
+			Address:   r.Engine.Address,
+			Namespace: r.Engine.Namespace,
+			TaskQueue: TaskQueue(spec.FlowType),
+			APIKey:    envs.keyRef(r.Engine.APIKeySecretRef),
+		},
+		TaskSlots:     orDefault(workers(agent).TaskSlots, fallbackTaskSlots),
+		HealthAddress: healthAddress,
+		Definition: workerconfig.Definition{
+			Name:              agent.Name,
+			Instructions:      spec.Instructions,
+			Model:             model(spec.Model, envs),
+			DefaultToolEffect: string(orDefault(spec.DefaultToolEffect, agentsv1.ToolEffectUnclassified)),
+			Limits:            limits(spec.Limits),
+		},
+	}
+	if tls := r.Engine.TLS; tls != nil {
+		cfg.Engine.TLS = &workerconfig.TLS{ServerName: tls.ServerName}
+		if r.EngineTLS.CA {
+			cfg.Engine.TLS.CAFile = EngineTLSDir + "/" + TLSCAKey
+		}
+		if r.EngineTLS.ClientCert {
+			cfg.Engine.TLS.CertFile = EngineTLSDir + "/" + TLSCertKey
+			cfg.Engine.TLS.KeyFile = EngineTLSDir + "/" + TLSPrivateKeyKey
+		}
+	}
+	for _, p := range spec.ToolPolicies {
+		cfg.Definition.ToolPolicies = append(cfg.Definition.ToolPolicies,
+			workerconfig.ToolPolicy{Name: p.Name, Effect: string(p.Effect), RequiresApproval: p.RequiresApproval})
+	}
+	for _, t := range spec.BuiltInTools {
+		cfg.Definition.BuiltInTools = append(cfg.Definition.BuiltInTools, string(t))
+	}
+	slices.Sort(cfg.Definition.BuiltInTools)
+	if pm := spec.PlanMode; pm != nil && pm.Enabled {
+		cfg.Definition.PlanMode = &workerconfig.PlanMode{
+			PlanningToolChoice: string(orDefault(pm.PlanningToolChoice, "auto")),
+		}
+	}
+	if c := spec.Compaction; c != nil {
+		retained := int32(fallbackRetainedMessages)
+		if c.RetainedMessageLimit != nil {
+			retained = *c.RetainedMessageLimit
+		}
+		cfg.Definition.Compaction = &workerconfig.Compaction{
+			ContextWindowTokens:  c.ContextWindowTokens,
+			TriggerRatio:         orDefault(c.TriggerRatio, fallbackTriggerRatio),
+			KeepRatio:            orDefault(c.KeepRatio, fallbackKeepRatio),
+			RetainedMessageLimit: retained,
+		}
+	}
+	for _, ts := range r.ToolSources {
+		cfg.ToolSources = append(cfg.ToolSources, toolSource(ts, envs))
+	}
+	if ms := r.MediaStore; ms != nil {
+		cfg.MediaStore = mediaStore(ms, r.S3SessionToken, envs)
+	}
+	return cfg
+}
+
+func model(m agentsv1.ModelSpec, envs secretEnvs) workerconfig.Model {
+	out := workerconfig.Model{
+		Provider: string(m.Provider),
+		Name:     m.Name,
+		BaseURL:  m.BaseURL,
+		APIKey:   envs.keyRef(m.APIKeySecretRef),
+	}
+	if s := m.Settings; s != nil {
+		out.MaxOutputTokens = s.MaxOutputTokens
+		out.ReasoningEffort = string(s.ReasoningEffort)
+	}
+	return out
+}
+
+func limits(l *agentsv1.LimitsSpec) workerconfig.Limits {
+	out := workerconfig.Limits{
+		MaxModelCallsPerTurn:     fallbackMaxModelCallsPerTurn,
+		MaxDurableWait:           metav1.Duration{Duration: fallbackMaxDurableWait},
+		EventStreamCapacityBytes: fallbackEventStreamCapacity,
+	}
+	if l == nil {
+		return out
+	}
+	out.MaxModelCallsPerTurn = orDefault(l.MaxModelCallsPerTurn, out.MaxModelCallsPerTurn)
+	if l.InterruptDeadline != nil {
+		out.InterruptDeadline = *l.InterruptDeadline
+	}
+	if l.MaxDurableWait != nil {
+		out.MaxDurableWait = *l.MaxDurableWait
+	}
+	if l.EventStreamCapacity != nil {
+		out.EventStreamCapacityBytes = l.EventStreamCapacity.Value()
+	}
+	return out
+}
+
+func toolSource(ts ResolvedToolSource, envs secretEnvs) workerconfig.ToolSource {
+	spec := ts.Spec
+	out := workerconfig.ToolSource{
+		SourceName:             ts.SourceName,
+		TrustToolAnnotations:   spec.TrustToolAnnotations == nil || *spec.TrustToolAnnotations,
+		ListingTTL:             durationOr(spec.ListingTTL, fallbackListingTTL),
+		ConnectionTimeout:      durationOr(spec.ConnectionTimeout, fallbackConnectionTimeout),
+		RequestTimeout:         durationOr(spec.RequestTimeout, fallbackRequestTimeout),
+		ResourceAndPromptTools: spec.ResourceAndPromptTools,
+	}
+	if s := spec.MCP.Stdio; s != nil {
+		out.Stdio = &workerconfig.Stdio{Command: s.Command, Args: slices.Clone(s.Args)}
+		for _, v := range s.Env {
+			out.Stdio.Env = append(out.Stdio.Env, value(v.Name, v.Value, v.ValueFrom, envs))
+		}
+	}
+	if h := spec.MCP.StreamableHTTP; h != nil {
+		out.StreamableHTTP = &workerconfig.StreamableHTTP{URL: h.URL}
+		for _, v := range h.Headers {
+			out.StreamableHTTP.Headers = append(out.StreamableHTTP.Headers, value(v.Name, v.Value, v.ValueFrom, envs))
+		}
+	}
+	return out
+}
+
+func value(name string, inline *string, from *agentsv1.SecretValueSource, envs secretEnvs) workerconfig.Value {
+	out := workerconfig.Value{Name: name}
+	if from != nil {
+		out.FromEnv = envs.keyRef(&from.SecretKeyRef)
+	} else if inline != nil {
+		out.Value = *inline
+	}
+	return out
+}
+
+func mediaStore(ms *agentsv1.MediaStore, sessionToken bool, envs secretEnvs) *workerconfig.MediaStore {
+	out := &workerconfig.MediaStore{StoreURI: StoreURI(ms)}
+	if s3 := ms.Spec.S3; s3 != nil {
+		out.S3 = &workerconfig.S3MediaStore{
+			Bucket: s3.Bucket, Prefix: s3.Prefix, Endpoint: s3.Endpoint, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle,
+		}
+		if ref := s3.CredentialsSecretRef; ref != nil {
+			out.S3.AccessKeyID = envs.ref(ref.Name, S3AccessKeyIDKey)
+			out.S3.SecretAccessKey = envs.ref(ref.Name, S3SecretAccessKeyKey)
+			if sessionToken {
+				out.S3.SessionToken = envs.ref(ref.Name, S3SessionTokenKey)
+			}
+		}
+	}
+	if local := ms.Spec.LocalDirectory; local != nil {
+		out.LocalDirectory = &workerconfig.LocalDirectoryMediaStore{Root: local.Root}
+	}
+	return out
+}
+
+// StoreURI is where every image URI of a MediaStore starts.
+func StoreURI(ms *agentsv1.MediaStore) string {
+	switch {
+	case ms.Spec.S3 != nil:
+		return media.S3StoreURI(ms.Spec.S3.Bucket, ms.Spec.S3.Prefix)
+	case ms.Spec.LocalDirectory != nil:
+		return media.LocalStoreURI(ms.Spec.LocalDirectory.Root)
+	}
+	return ""
+}
+
+func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *appsv1ac.DeploymentApplyConfiguration {
+	agent := r.Agent
+	w := workers(agent)
+	replicas := int32(1)
+	if w.Replicas != nil {
+		replicas = *w.Replicas
+	}
+
+	podLabels := objectLabels(agent.Name)
+	podLabels[LabelEngineVersion] = r.EngineVersion
+
+	env := []*corev1ac.EnvVarApplyConfiguration{
+		corev1ac.EnvVar().WithName(EnvPodName).WithValueFrom(
+			corev1ac.EnvVarSource().WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
+	}
+	env = append(env, envs.envVars()...)
+	for i := range w.Env {
+		env = append(env, envVar(&w.Env[i]))
+	}
+
+	volumes := []*corev1ac.VolumeApplyConfiguration{
+		corev1ac.Volume().WithName("config").WithConfigMap(
+			corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(agent.Name))),
+		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+	}
+	mounts := []*corev1ac.VolumeMountApplyConfiguration{
+		corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+		corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
+	}
+	if tls := r.Engine.TLS; tls != nil && tls.SecretRef != nil {
+		volumes = append(volumes, corev1ac.Volume().WithName("engine-tls").WithSecret(
+			corev1ac.SecretVolumeSource().WithSecretName(tls.SecretRef.Name).WithDefaultMode(0o440)))
+		mounts = append(mounts, corev1ac.VolumeMount().WithName("engine-tls").WithMountPath(EngineTLSDir).WithReadOnly(true))
+	}
+	if ms := r.MediaStore; ms != nil && ms.Spec.LocalDirectory != nil && ms.Spec.LocalDirectory.PersistentVolumeClaimName != "" {
+		volumes = append(volumes, corev1ac.Volume().WithName("media").WithPersistentVolumeClaim(
+			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(ms.Spec.LocalDirectory.PersistentVolumeClaimName)))
+		mounts = append(mounts, corev1ac.VolumeMount().WithName("media").WithMountPath(ms.Spec.LocalDirectory.Root))
+	}
+
+	probe := func(path string) *corev1ac.ProbeApplyConfiguration {
+		return corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("health"))).
+			WithPeriodSeconds(10).WithFailureThreshold(3)
+	}
+
+	container := corev1ac.Container().
+		WithName(workerAppName).
+		WithImage(r.WorkerImage).
+		WithArgs("--config=" + ConfigDir + "/" + workerconfig.FileName).
+		WithPorts(corev1ac.ContainerPort().WithName("health").WithContainerPort(HealthPort).WithProtocol(corev1.ProtocolTCP)).
+		WithEnv(env...).
+		WithVolumeMounts(mounts...).
+		WithLivenessProbe(probe("/healthz")).
+		WithReadinessProbe(probe("/readyz")).
+		WithSecurityContext(corev1ac.SecurityContext().
+			WithAllowPrivilegeEscalation(false).
+			WithReadOnlyRootFilesystem(true).
+			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
+	if res := resources(w.Resources); res != nil {
+		container.WithResources(res)
+	}
+
+	pod := corev1ac.PodSpec().
+		WithServiceAccountName(serviceAccount).
+		WithTerminationGracePeriodSeconds(terminationGracePeriodSeconds).
+		WithSecurityContext(corev1ac.PodSecurityContext().
+			WithRunAsNonRoot(true).
+			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithContainers(container).
+		WithVolumes(volumes...)
+	if len(w.NodeSelector) > 0 {
+		pod.WithNodeSelector(w.NodeSelector)
+	}
+	for i := range w.Tolerations {
+		pod.WithTolerations(toleration(&w.Tolerations[i]))
+	}
+	for _, s := range w.ImagePullSecrets {
+		pod.WithImagePullSecrets(corev1ac.LocalObjectReference().WithName(s.Name))
+	}
+
+	maxSurge, maxUnavailable := intstr.FromString("25%"), intstr.FromInt32(0)
+	return appsv1ac.Deployment(WorkerName(agent.Name), agent.Namespace).
+		WithLabels(objectLabels(agent.Name)).
+		WithOwnerReferences(ownerReference(agent)).
+		WithSpec(appsv1ac.DeploymentSpec().
+			WithReplicas(replicas).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(agent.Name))).
+			WithStrategy(appsv1ac.DeploymentStrategy().
+				WithType(appsv1.RollingUpdateDeploymentStrategyType).
+				WithRollingUpdate(appsv1ac.RollingUpdateDeployment().WithMaxSurge(maxSurge).WithMaxUnavailable(maxUnavailable))).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(podLabels).
+				WithAnnotations(map[string]string{AnnotationConfigDigest: digest}).
+				WithSpec(pod)))
+}
+
+func objectLabels(agentName string) map[string]string {
+	return map[string]string{
+		LabelName:      workerAppName,
+		LabelInstance:  agentName,
+		LabelManagedBy: ManagedBy,
+		LabelAgent:     agentName,
+	}
+}
+
+func ownerReference(agent *agentsv1.Agent) *metav1ac.OwnerReferenceApplyConfiguration {
+	return metav1ac.OwnerReference().
+		WithAPIVersion(agentsv1.GroupVersion.String()).
+		WithKind("Agent").
+		WithName(agent.Name).
+		WithUID(agent.UID).
+		WithController(true).
+		WithBlockOwnerDeletion(true)
+}
+
+func orDefault[T comparable](v, fallback T) T {
+	var zero T
+	if v == zero {
+		return fallback
+	}
+	return v
+}
+
+func durationOr(d *metav1.Duration, fallback time.Duration) metav1.Duration {
+	if d == nil {
+		return metav1.Duration{Duration: fallback}
+	}
+	return *d
+}
+
+// applyConfig converts a typed API value into its apply configuration. The
+// two share one JSON form, so a round trip through JSON is exact.
+func applyConfig[T any](typed any) *T {
+	data, err := json.Marshal(typed)
+	if err != nil {
+		panic(fmt.Sprintf("encoding %T: %v", typed, err)) // typed API values always encode
+	}
+	out := new(T)
+	if err := json.Unmarshal(data, out); err != nil {
+		panic(fmt.Sprintf("decoding %T: %v", out, err)) // the apply configuration mirrors the typed value
+	}
+	return out
+}
+
+func envVar(e *corev1.EnvVar) *corev1ac.EnvVarApplyConfiguration {
+	return applyConfig[corev1ac.EnvVarApplyConfiguration](e)
+}
+
+func toleration(t *corev1.Toleration) *corev1ac.TolerationApplyConfiguration {
+	return applyConfig[corev1ac.TolerationApplyConfiguration](t)
+}
+
+func resources(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
+	if len(r.Limits) == 0 && len(r.Requests) == 0 && len(r.Claims) == 0 {
+		return nil
+	}
+	return applyConfig[corev1ac.ResourceRequirementsApplyConfiguration](&r)
+}

@@ -1,0 +1,12 @@
+// Package version names the versions this build carries.
+package version
+
+// EngineVersion is the version of the session engine in this build: the
+// Steps, their records and their rules. Workers report it, the operator plans
+// rollouts by it, and the session Flow graph is published under it. Raise it
+// with every change to the session Flow's behaviour or stored state.
+const EngineVersion = "0.1.0"
+
+// Operator is the operator's release, set at build time with
+// -ldflags "-X github.com/stepwise-run/stepwise/internal/version.Operator=...".
+var Operator = "dev"

@@ -1,0 +1,301 @@
+// Package workerconfig is the configuration document a worker reads: one
+// versioned JSON file that the operator renders from an Agent and the
+// ToolSources, MediaStore and engine it references. The stock worker and
+// workers that teams build on the public Go API both read it.
+//
+// The document never holds a secret. A value from a Secret is named by the
+// environment variable that carries it (SecretEnv); the worker reads the
+// variable when it needs the value.
+package workerconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// APIVersion and Kind identify the document format. A worker refuses a
+// document of another version rather than guess at its meaning.
+const (
+	APIVersion = "worker.stepwise.run/v1alpha1"
+	Kind       = "WorkerConfig"
+)
+
+// FileName is the name of the document in the worker's config directory.
+const FileName = "config.json"
+
+// Config is the whole worker configuration.
+type Config struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+
+	// Agent names the Agent the document was rendered from.
+	Agent AgentRef `json:"agent"`
+	// FlowType is the session Flow type the worker registers.
+	FlowType string `json:"flowType"`
+	// EngineVersion is the session engine version the operator expects the
+	// worker image to carry.
+	EngineVersion string `json:"engineVersion"`
+	// Engine is the Temporal connection.
+	Engine Engine `json:"engine"`
+	// TaskSlots is how many Steps one worker runs at once.
+	TaskSlots int32 `json:"taskSlots"`
+	// HealthAddress is where the worker serves /healthz and /readyz.
+	HealthAddress string `json:"healthAddress"`
+
+	// Definition is the agent definition the session Flow runs.
+	Definition Definition `json:"definition"`
+	// ToolSources are the resolved tool sources, in the order the model is
+	// offered their tools.
+	ToolSources []ToolSource `json:"toolSources,omitempty"`
+	// MediaStore is where image bytes live; nil refuses images.
+	MediaStore *MediaStore `json:"mediaStore,omitempty"`
+}
+
+// AgentRef names the Agent resource.
+type AgentRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// SecretEnv names the environment variable that carries a Secret value, and
+// the Secret key it came from, for error messages.
+type SecretEnv struct {
+	Env    string `json:"env"`
+	Secret string `json:"secret"`
+	Key    string `json:"key"`
+}
+
+// Lookup reads the value from the environment. A missing variable is an
+// error that names the Secret key, never a value.
+func (s SecretEnv) Lookup() (string, error) {
+	v, ok := os.LookupEnv(s.Env)
+	if !ok {
+		return "", fmt.Errorf("environment variable %s for Secret %s key %s is not set", s.Env, s.Secret, s.Key)
+	}
+	return v, nil
+}
+
+// Engine is the Temporal connection.
+type Engine struct {
+	Address   string     `json:"address"`
+	Namespace string     `json:"namespace"`
+	TaskQueue string     `json:"taskQueue"`
+	TLS       *TLS       `json:"tls,omitempty"`
+	APIKey    *SecretEnv `json:"apiKey,omitempty"`
+}
+
+// TLS configures TLS to the engine. Empty file names use the system's
+// authorities and no client certificate.
+type TLS struct {
+	CAFile     string `json:"caFile,omitempty"`
+	CertFile   string `json:"certFile,omitempty"`
+	KeyFile    string `json:"keyFile,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// Definition is the agent definition.
+type Definition struct {
+	Name              string       `json:"name"`
+	Instructions      string       `json:"instructions,omitempty"`
+	Model             Model        `json:"model"`
+	ToolPolicies      []ToolPolicy `json:"toolPolicies,omitempty"`
+	DefaultToolEffect string       `json:"defaultToolEffect"`
+	BuiltInTools      []string     `json:"builtInTools,omitempty"`
+	PlanMode          *PlanMode    `json:"planMode,omitempty"`
+	Compaction        *Compaction  `json:"compaction,omitempty"`
+	Limits            Limits       `json:"limits"`
+}
+
+// Model selects the model client.
+type Model struct {
+	Provider        string     `json:"provider"`
+	Name            string     `json:"name"`
+	BaseURL         string     `json:"baseURL,omitempty"`
+	APIKey          *SecretEnv `json:"apiKey,omitempty"`
+	MaxOutputTokens *int32     `json:"maxOutputTokens,omitempty"`
+	ReasoningEffort string     `json:"reasoningEffort,omitempty"`
+}
+
+// ToolPolicy sets the effect class and approval of one tool.
+type ToolPolicy struct {
+	Name             string `json:"name"`
+	Effect           string `json:"effect"`
+	RequiresApproval *bool  `json:"requiresApproval,omitempty"`
+}
+
+// PlanMode configures plan mode.
+type PlanMode struct {
+	PlanningToolChoice string `json:"planningToolChoice"`
+}
+
+// Compaction is the compaction policy.
+type Compaction struct {
+	ContextWindowTokens int64   `json:"contextWindowTokens"`
+	TriggerRatio        float64 `json:"triggerRatio"`
+	KeepRatio           float64 `json:"keepRatio"`
+	// RetainedMessageLimit is how many newest messages retention keeps; 0
+	// keeps every message.
+	RetainedMessageLimit int32 `json:"retainedMessageLimit"`
+}
+
+// Limits bound one session.
+type Limits struct {
+	MaxModelCallsPerTurn int32 `json:"maxModelCallsPerTurn"`
+	// InterruptDeadline is zero when interrupts never expire.
+	InterruptDeadline        metav1.Duration `json:"interruptDeadline"`
+	MaxDurableWait           metav1.Duration `json:"maxDurableWait"`
+	EventStreamCapacityBytes int64           `json:"eventStreamCapacityBytes"`
+}
+
+// ToolSource is one MCP server.
+type ToolSource struct {
+	// SourceName prefixes the source's tool names and names the source in
+	// stored tool calls.
+	SourceName             string          `json:"sourceName"`
+	TrustToolAnnotations   bool            `json:"trustToolAnnotations"`
+	ListingTTL             metav1.Duration `json:"listingTTL"`
+	ConnectionTimeout      metav1.Duration `json:"connectionTimeout"`
+	RequestTimeout         metav1.Duration `json:"requestTimeout"`
+	ResourceAndPromptTools bool            `json:"resourceAndPromptTools,omitempty"`
+	Stdio                  *Stdio          `json:"stdio,omitempty"`
+	StreamableHTTP         *StreamableHTTP `json:"streamableHTTP,omitempty"`
+}
+
+// Value is a value given inline or carried by an environment variable.
+type Value struct {
+	Name    string     `json:"name"`
+	Value   string     `json:"value,omitempty"`
+	FromEnv *SecretEnv `json:"fromEnv,omitempty"`
+}
+
+// Resolve returns the value.
+func (v Value) Resolve() (string, error) {
+	if v.FromEnv != nil {
+		return v.FromEnv.Lookup()
+	}
+	return v.Value, nil
+}
+
+// Stdio runs an MCP server as a process.
+type Stdio struct {
+	Command string   `json:"command"`
+	Args    []string `json:"args,omitempty"`
+	Env     []Value  `json:"env,omitempty"`
+}
+
+// StreamableHTTP reaches an MCP server over Streamable HTTP.
+type StreamableHTTP struct {
+	URL     string  `json:"url"`
+	Headers []Value `json:"headers,omitempty"`
+}
+
+// MediaStore is where image bytes live.
+type MediaStore struct {
+	// StoreURI is the location every image URI starts with.
+	StoreURI       string                    `json:"storeURI"`
+	S3             *S3MediaStore             `json:"s3,omitempty"`
+	LocalDirectory *LocalDirectoryMediaStore `json:"localDirectory,omitempty"`
+}
+
+// S3MediaStore is a bucket and prefix.
+type S3MediaStore struct {
+	Bucket          string     `json:"bucket"`
+	Prefix          string     `json:"prefix,omitempty"`
+	Endpoint        string     `json:"endpoint,omitempty"`
+	Region          string     `json:"region,omitempty"`
+	ForcePathStyle  bool       `json:"forcePathStyle,omitempty"`
+	AccessKeyID     *SecretEnv `json:"accessKeyID,omitempty"`
+	SecretAccessKey *SecretEnv `json:"secretAccessKey,omitempty"`
+	SessionToken    *SecretEnv `json:"sessionToken,omitempty"`
+}
+
+// LocalDirectoryMediaStore is a directory.
+type LocalDirectoryMediaStore struct {
+	Root string `json:"root"`
+}
+
+// Encode renders the document. The encoding is deterministic, so the same
+// configuration always has the same bytes and digest.
+func (c Config) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("encoding worker config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Decode parses a document and checks that it is one this package
+// understands. Unknown fields are ignored, so an operator may add fields
+// before every worker reads them.
+func Decode(data []byte) (Config, error) {
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Config{}, fmt.Errorf("worker config is not valid JSON: %w", err)
+	}
+	if c.APIVersion != APIVersion || c.Kind != Kind {
+		return Config{}, fmt.Errorf("worker config has apiVersion %q and kind %q; this worker reads apiVersion %q kind %q",
+			c.APIVersion, c.Kind, APIVersion, Kind)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Load reads and decodes a document from a file.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading worker config: %w", err)
+	}
+	return Decode(data)
+}
+
+// Validate checks what a worker needs before it can start. The operator
+// renders only valid documents; this guards hand-written ones.
+func (c Config) Validate() error {
+	var problems []string
+	need := func(ok bool, field string) {
+		if !ok {
+			problems = append(problems, field+" is required")
+		}
+	}
+	need(c.FlowType != "", "flowType")
+	need(c.EngineVersion != "", "engineVersion")
+	need(c.Engine.Address != "", "engine.address")
+	need(c.Engine.Namespace != "", "engine.namespace")
+	need(c.Engine.TaskQueue != "", "engine.taskQueue")
+	need(c.Definition.Model.Provider != "", "definition.model.provider")
+	need(c.Definition.Model.Name != "", "definition.model.name")
+	if c.TaskSlots < 1 {
+		problems = append(problems, fmt.Sprintf("taskSlots must be at least 1, not %d", c.TaskSlots))
+	}
+	seen := map[string]bool{}
+	for i, ts := range c.ToolSources {
+		if ts.SourceName == "" {
+			problems = append(problems, fmt.Sprintf("toolSources[%d].sourceName is required", i))
+		} else if seen[ts.SourceName] {
+			problems = append(problems, fmt.Sprintf("toolSources[%d].sourceName %q repeats an earlier source", i, ts.SourceName))
+		}
+		seen[ts.SourceName] = true
+		if (ts.Stdio == nil) == (ts.StreamableHTTP == nil) {
+			problems = append(problems, fmt.Sprintf("toolSources[%d] needs exactly one of stdio or streamableHTTP", i))
+		}
+	}
+	if m := c.MediaStore; m != nil && (m.S3 == nil) == (m.LocalDirectory == nil) {
+		problems = append(problems, "mediaStore needs exactly one of s3 or localDirectory")
+	}
+	if len(problems) > 0 {
+		return errors.New("invalid worker config: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
