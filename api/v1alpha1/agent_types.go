@@ -545,7 +545,3 @@ type AgentList struct {
 	// Items are the Agents.
 	Items []Agent `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Agent{}, &AgentList{})
-}

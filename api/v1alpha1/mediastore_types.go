@@ -141,7 +141,3 @@ type MediaStoreList struct {
 	// Items are the MediaStores.
 	Items []MediaStore `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&MediaStore{}, &MediaStoreList{})
-}

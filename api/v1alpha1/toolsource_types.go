@@ -214,7 +214,3 @@ type ToolSourceList struct {
 	// Items are the ToolSources.
 	Items []ToolSource `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ToolSource{}, &ToolSourceList{})
-}

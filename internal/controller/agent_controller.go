@@ -89,11 +89,11 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if err := r.checkFlowClaim(ctx, agent, resolved.Engine); err != nil {
 		return err
 	}
-	worker, err := render.RenderWorker(resolved)
+	worker, err := render.Worker(resolved)
 	if err != nil {
 		return err
 	}
-	graph, err := render.RenderGraph(agent, resolved.EngineVersion)
+	graph, err := render.Graph(agent, resolved.EngineVersion)
 	if err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func (r *AgentReconciler) holdsClaim(ctx context.Context, agent *agentsv1.Agent,
 }
 
 // publishGraph writes the Flow graph ConfigMap only when the graph changed.
-func (r *AgentReconciler) publishGraph(ctx context.Context, agent *agentsv1.Agent, graph *render.Graph) error {
+func (r *AgentReconciler) publishGraph(ctx context.Context, agent *agentsv1.Agent, graph *render.PublishedGraph) error {
 	current := &corev1.ConfigMap{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}, current)
 	switch {
@@ -252,7 +252,7 @@ type applyConfiguration interface {
 }
 
 func (r *AgentReconciler) apply(ctx context.Context, obj applyConfiguration) error {
-	if err := r.Client.Apply(ctx, obj, client.FieldOwner(render.FieldOwner), client.ForceOwnership); err != nil {
+	if err := r.Apply(ctx, obj, client.FieldOwner(render.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %T: %w", obj, err)
 	}
 	return nil

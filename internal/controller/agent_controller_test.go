@@ -3,6 +3,7 @@ package controller_test
 import (
 	"encoding/json"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -141,8 +142,9 @@ var _ = Describe("Agent reconciler", func() {
 
 			ts := &agentsv1.ToolSource{}
 			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "tickets"}, ts)).To(Succeed())
-			ts.Spec.RequestTimeout = &metav1.Duration{Duration: 90_000_000_000}
-			Expect(k8sClient.Update(suiteCtx, ts)).To(Succeed())
+			Expect(change(ts, func(ts *agentsv1.ToolSource) {
+				ts.Spec.RequestTimeout = &metav1.Duration{Duration: 90 * time.Second}
+			})).To(Succeed())
 			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 			second := configDigest(agent)(Default)
 
@@ -163,8 +165,7 @@ var _ = Describe("Agent reconciler", func() {
 
 			ms := &agentsv1.MediaStore{}
 			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "media"}, ms)).To(Succeed())
-			ms.Spec.S3.Prefix = "sessions"
-			Expect(k8sClient.Update(suiteCtx, ms)).To(Succeed())
+			Expect(change(ms, func(ms *agentsv1.MediaStore) { ms.Spec.S3.Prefix = "sessions" })).To(Succeed())
 			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 			second := configDigest(agent)(Default)
 
@@ -184,8 +185,7 @@ var _ = Describe("Agent reconciler", func() {
 			deployment := workerDeployment(Default, agent)
 
 			// A label change is a new event but no new generation.
-			agent.Labels = map[string]string{"team": "support"}
-			Expect(k8sClient.Update(suiteCtx, agent)).To(Succeed())
+			Expect(change(agent, func(a *agentsv1.Agent) { a.Labels = map[string]string{"team": "support"} })).To(Succeed())
 			Consistently(func(g Gomega) {
 				current := &corev1.ConfigMap{}
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(graph), current)).To(Succeed())
@@ -248,8 +248,9 @@ var _ = Describe("Agent reconciler", func() {
 			expectReady(agent)
 			applied := configDigest(agent)(Default)
 
-			agent.Spec.ToolSources = append(agent.Spec.ToolSources, agentsv1.LocalObjectReference{Name: "missing"})
-			Expect(k8sClient.Update(suiteCtx, agent)).To(Succeed())
+			Expect(change(agent, func(a *agentsv1.Agent) {
+				a.Spec.ToolSources = append(a.Spec.ToolSources, agentsv1.LocalObjectReference{Name: "missing"})
+			})).To(Succeed())
 			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(
 				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound))
 			Consistently(configDigest(agent)).Should(Equal(applied))
@@ -300,8 +301,7 @@ var _ = Describe("Agent reconciler", func() {
 			expectReady(holder)
 
 			// The older Agent moves onto the namespace where the holder runs.
-			older.Spec.Engine.Namespace = "blue"
-			Expect(k8sClient.Update(suiteCtx, older)).To(Succeed())
+			Expect(change(older, func(a *agentsv1.Agent) { a.Spec.Engine.Namespace = "blue" })).To(Succeed())
 			Eventually(conditionOf(older, agentsv1.ConditionReady)).Should(And(
 				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
 				HaveField("Message", ContainSubstring("Agent "+ns+"/holder already claims"))))
@@ -346,7 +346,7 @@ var _ = Describe("Agent reconciler", func() {
 				rs := &appsv1.ReplicaSet{
 					ObjectMeta: metav1.ObjectMeta{
 						Namespace: ns, Name: deployment.Name + "-" + strings.ReplaceAll(version, ".", ""),
-						Labels:    deployment.Spec.Template.Labels,
+						Labels: deployment.Spec.Template.Labels,
 						OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment",
 							Name: deployment.Name, UID: deployment.UID, Controller: ptr.To(true)}},
 					},

@@ -203,3 +203,11 @@ func configDigest(agent *agentsv1.Agent) func(Gomega) string {
 		return workerDeployment(g, agent).Spec.Template.Annotations[render.AnnotationConfigDigest]
 	}
 }
+
+// change applies mutate to obj with a merge patch, which carries no
+// resourceVersion, so the controller's status writes never make it conflict.
+func change[T client.Object](obj T, mutate func(T)) error {
+	before := obj.DeepCopyObject().(T)
+	mutate(obj)
+	return k8sClient.Patch(suiteCtx, obj, client.MergeFrom(before))
+}

@@ -128,8 +128,8 @@ func SecretEnvName(secret, key string) string {
 	return secretEnvPrefix + strings.ToUpper(hex.EncodeToString(sum[:6]))
 }
 
-// Worker is everything the operator applies for one Agent.
-type Worker struct {
+// WorkerObjects is everything the operator applies for one Agent's workers.
+type WorkerObjects struct {
 	Config         workerconfig.Config
 	ConfigDocument []byte
 	// ConfigDigest covers the config document and the hashes of the Secret
@@ -140,14 +140,14 @@ type Worker struct {
 	Deployment     *appsv1ac.DeploymentApplyConfiguration
 }
 
-// Graph is the published session Flow graph of one Agent.
-type Graph struct {
+// PublishedGraph is the session Flow graph of one Agent, as published.
+type PublishedGraph struct {
 	Digest    string
 	ConfigMap *corev1ac.ConfigMapApplyConfiguration
 }
 
-// RenderWorker builds the worker objects of a resolved Agent.
-func RenderWorker(r *Resolved) (*Worker, error) {
+// Worker builds the worker objects of a resolved Agent.
+func Worker(r *Resolved) (*WorkerObjects, error) {
 	envs := secretEnvs{}
 	cfg := workerConfig(r, envs)
 	doc, err := cfg.Encode()
@@ -160,7 +160,7 @@ func RenderWorker(r *Resolved) (*Worker, error) {
 	}
 	digest := configDigest(doc, r.SecretDigests)
 	agent := r.Agent
-	w := &Worker{Config: cfg, ConfigDocument: doc, ConfigDigest: digest}
+	w := &WorkerObjects{Config: cfg, ConfigDocument: doc, ConfigDigest: digest}
 
 	w.ConfigMap = corev1ac.ConfigMap(ConfigMapName(agent.Name), agent.Namespace).
 		WithLabels(objectLabels(agent.Name)).
@@ -180,8 +180,8 @@ func RenderWorker(r *Resolved) (*Worker, error) {
 	return w, nil
 }
 
-// RenderGraph builds the published session Flow graph of an Agent.
-func RenderGraph(agent *agentsv1.Agent, engineVersion string) (*Graph, error) {
+// Graph builds the published session Flow graph of an Agent.
+func Graph(agent *agentsv1.Agent, engineVersion string) (*PublishedGraph, error) {
 	doc, digest, err := session.Graph(agent.Spec.FlowType, engineVersion).Document()
 	if err != nil {
 		return nil, err
@@ -191,7 +191,7 @@ func RenderGraph(agent *agentsv1.Agent, engineVersion string) (*Graph, error) {
 		WithAnnotations(map[string]string{AnnotationGraphDigest: digest}).
 		WithOwnerReferences(ownerReference(agent)).
 		WithData(map[string]string{"graph.json": string(doc)})
-	return &Graph{Digest: digest, ConfigMap: cm}, nil
+	return &PublishedGraph{Digest: digest, ConfigMap: cm}, nil
 }
 
 func configDigest(doc []byte, secrets []SecretKeyDigest) string {

@@ -1,0 +1,259 @@
+package controller_test
+
+import (
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/media"
+)
+
+// expectRefused creates obj and expects the API server to refuse it with a
+// message that contains every fragment, the field's path among them.
+func expectRefused(obj client.Object, fragments ...string) {
+	GinkgoHelper()
+	err := k8sClient.Create(suiteCtx, obj)
+	Expect(err).To(HaveOccurred(), "the API server accepted %T %s", obj, obj.GetName())
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "not a validation error: %v", err)
+	for _, f := range fragments {
+		Expect(err.Error()).To(ContainSubstring(f))
+	}
+}
+
+var _ = Describe("API validation", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	DescribeTable("refuses a bad Agent and names the field",
+		func(mutate agentOption, fragments ...string) {
+			expectRefused(agentFixture(ns, "bad", mutate), fragments...)
+		},
+		Entry("a Flow type that is not a name", withFlowType("1-support"), "spec.flowType", "should match"),
+		Entry("an unknown provider", func(a *agentsv1.Agent) { a.Spec.Model.Provider = "gemini" },
+			"spec.model.provider", "Unsupported value"),
+		Entry("no model name", func(a *agentsv1.Agent) { a.Spec.Model.Name = "" }, "spec.model.name"),
+		Entry("openai-compatible without a base URL", func(a *agentsv1.Agent) {
+			a.Spec.Model = agentsv1.ModelSpec{Provider: agentsv1.ModelProviderOpenAICompatible, Name: "llama"}
+		}, "spec.model.baseURL", "baseURL is required for provider openai-compatible"),
+		Entry("anthropic without a key", func(a *agentsv1.Agent) {
+			a.Spec.Model = agentsv1.ModelSpec{Provider: agentsv1.ModelProviderAnthropic, Name: "claude"}
+		}, "spec.model.apiKeySecretRef", "apiKeySecretRef is required"),
+		Entry("a base URL that is not http", func(a *agentsv1.Agent) {
+			a.Spec.Model = agentsv1.ModelSpec{Provider: agentsv1.ModelProviderOpenAICompatible, Name: "llama", BaseURL: "ftp://models"}
+		}, "spec.model.baseURL", "should match"),
+		Entry("a scripted model with a key", func(a *agentsv1.Agent) {
+			a.Spec.Model.APIKeySecretRef = &agentsv1.SecretKeyReference{Name: "s", Key: "k"}
+		}, "spec.model.provider", "a scripted model takes neither baseURL nor apiKeySecretRef"),
+		Entry("an unknown reasoning effort", func(a *agentsv1.Agent) {
+			a.Spec.Model.Settings = &agentsv1.ModelSettings{ReasoningEffort: "extreme"}
+		}, "spec.model.settings.reasoningEffort", "Unsupported value"),
+		Entry("an unknown tool effect", func(a *agentsv1.Agent) {
+			a.Spec.ToolPolicies = []agentsv1.ToolPolicy{{Name: "refund", Effect: "maybe"}}
+		}, "spec.toolPolicies[0].effect", "Unsupported value"),
+		Entry("a tool name a model cannot call", func(a *agentsv1.Agent) {
+			a.Spec.ToolPolicies = []agentsv1.ToolPolicy{{Name: "refund order", Effect: agentsv1.ToolEffectRead}}
+		}, "spec.toolPolicies[0].name", "should match"),
+		Entry("a policy for an enabled built-in tool", func(a *agentsv1.Agent) {
+			a.Spec.BuiltInTools = []agentsv1.BuiltInTool{agentsv1.BuiltInToolAskUser}
+			a.Spec.ToolPolicies = []agentsv1.ToolPolicy{{Name: "ask_user", Effect: agentsv1.ToolEffectRead}}
+		}, "spec.toolPolicies", "may not name an enabled built-in tool"),
+		Entry("an unknown built-in tool", func(a *agentsv1.Agent) {
+			a.Spec.BuiltInTools = []agentsv1.BuiltInTool{"web_search"}
+		}, "spec.builtInTools[0]", "Unsupported value"),
+		Entry("plan mode without write_todos", func(a *agentsv1.Agent) {
+			a.Spec.BuiltInTools = []agentsv1.BuiltInTool{agentsv1.BuiltInToolAskUser}
+			a.Spec.PlanMode = &agentsv1.PlanModeSpec{Enabled: true}
+		}, "spec.planMode.enabled", "planMode.enabled requires write_todos in builtInTools"),
+		Entry("a trigger ratio of 1", func(a *agentsv1.Agent) {
+			a.Spec.Compaction = &agentsv1.CompactionSpec{ContextWindowTokens: 100_000, TriggerRatio: 1}
+		}, "spec.compaction.triggerRatio", "should be less than 1"),
+		Entry("a keep ratio above the trigger", func(a *agentsv1.Agent) {
+			a.Spec.Compaction = &agentsv1.CompactionSpec{ContextWindowTokens: 100_000, TriggerRatio: 0.5, KeepRatio: 0.6}
+		}, "spec.compaction.keepRatio", "keepRatio must be less than triggerRatio"),
+		Entry("a tiny context window", func(a *agentsv1.Agent) {
+			a.Spec.Compaction = &agentsv1.CompactionSpec{ContextWindowTokens: 10}
+		}, "spec.compaction.contextWindowTokens", "should be greater than or equal to 1024"),
+		Entry("zero model calls per turn", func(a *agentsv1.Agent) {
+			a.Spec.Limits = &agentsv1.LimitsSpec{MaxModelCallsPerTurn: -1}
+		}, "spec.limits.maxModelCallsPerTurn", "should be greater than or equal to 1"),
+		Entry("an interrupt deadline under a second", func(a *agentsv1.Agent) {
+			a.Spec.Limits = &agentsv1.LimitsSpec{InterruptDeadline: &metav1.Duration{Duration: 500_000_000}}
+		}, "spec.limits.interruptDeadline", "interruptDeadline must be at least 1s"),
+		Entry("an event stream smaller than 64Ki", func(a *agentsv1.Agent) {
+			a.Spec.Limits = &agentsv1.LimitsSpec{EventStreamCapacity: ptr.To(resource.MustParse("1Ki"))}
+		}, "spec.limits.eventStreamCapacity", "eventStreamCapacity must be between 64Ki and 1Gi"),
+		Entry("an engine address without a port", withEngine("temporal.example.com", "default"),
+			"spec.engine.address", "should match"),
+		Entry("an engine API key without TLS", func(a *agentsv1.Agent) {
+			a.Spec.Engine = &agentsv1.EngineSpec{Address: "temporal:7233",
+				APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "temporal", Key: "api-key"}}
+		}, "spec.engine.tls", "tls is required with apiKeySecretRef"),
+		Entry("a worker image without its engine version", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "registry.example.com/support-worker:1.4"}
+		}, "spec.workers.engineVersion", "image and engineVersion are set together"),
+		Entry("an engine version that is not a version", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "worker:1", EngineVersion: "latest"}
+		}, "spec.workers.engineVersion", "should match"),
+		Entry("negative replicas", withReplicas(-1), "spec.workers.replicas", "should be greater than or equal to 0"),
+		Entry("zero task slots", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{TaskSlots: -5}
+		}, "spec.workers.taskSlots", "should be greater than or equal to 1"),
+		Entry("a reserved environment variable", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Env: []corev1.EnvVar{{Name: "STEPWISE_POD_NAME", Value: "x"}}}
+		}, "spec.workers.env", "env names starting with STEPWISE_ are reserved"),
+		Entry("a name too long for the objects it owns", func(a *agentsv1.Agent) {
+			a.Name = strings.Repeat("a", 50)
+		}, "metadata.name must be a DNS label of at most 49 characters"),
+	)
+
+	It("refuses a change of flowType", func() {
+		agent := agentFixture(ns, "fixed", withFlowType("FixedAgent"))
+		create(agent)
+		err := change(agent, func(a *agentsv1.Agent) { a.Spec.FlowType = "OtherAgent" })
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(And(ContainSubstring("spec.flowType"), ContainSubstring("flowType is immutable")))
+	})
+
+	It("fills the documented defaults", func() {
+		agent := agentFixture(ns, "defaults", func(a *agentsv1.Agent) {
+			a.Spec.Compaction = &agentsv1.CompactionSpec{ContextWindowTokens: 200_000}
+		})
+		create(agent)
+		Expect(agent.Spec.DefaultToolEffect).To(Equal(agentsv1.ToolEffectUnclassified))
+		Expect(agent.Spec.Compaction.TriggerRatio).To(Equal(0.85))
+		Expect(agent.Spec.Compaction.KeepRatio).To(Equal(0.3))
+		Expect(*agent.Spec.Compaction.RetainedMessageLimit).To(Equal(int32(1000)))
+		Expect(agent.Spec.Limits.MaxModelCallsPerTurn).To(Equal(int32(100)))
+		Expect(agent.Spec.Limits.MaxDurableWait.Duration.Hours()).To(Equal(8760.0))
+		Expect(agent.Spec.Limits.EventStreamCapacity.Value()).To(Equal(int64(10 << 20)))
+		Expect(*agent.Spec.Workers.Replicas).To(Equal(int32(1)))
+		Expect(agent.Spec.Workers.TaskSlots).To(Equal(int32(100)))
+
+		ts := toolSourceFixture(ns, "defaults")
+		create(ts)
+		Expect(*ts.Spec.TrustToolAnnotations).To(BeTrue())
+		Expect(ts.Spec.ListingTTL.Duration.Minutes()).To(Equal(5.0))
+		Expect(ts.Spec.ConnectionTimeout.Duration.Seconds()).To(Equal(30.0))
+		Expect(ts.Spec.RequestTimeout.Duration.Minutes()).To(Equal(10.0))
+	})
+
+	DescribeTable("refuses a bad ToolSource and names the field",
+		func(name string, mutate toolSourceOption, fragments ...string) {
+			expectRefused(toolSourceFixture(ns, name, mutate), fragments...)
+		},
+		Entry("two transports", "both", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP.StreamableHTTP = &agentsv1.MCPStreamableHTTP{URL: "https://mcp.example.com"}
+		}, "spec.mcp", "exactly one of stdio or streamableHTTP must be set"),
+		Entry("no transport", "neither", func(ts *agentsv1.ToolSource) { ts.Spec.MCP = agentsv1.MCPServer{} },
+			"spec.mcp", "exactly one of stdio or streamableHTTP must be set"),
+		Entry("a URL that is not http", "ftp", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "ftp://mcp.example.com"}}
+		}, "spec.mcp.streamableHTTP.url", "should match"),
+		Entry("a header with a value and a Secret", "header", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "https://mcp.example.com",
+				Headers: []agentsv1.HTTPHeader{{Name: "Authorization", Value: ptr.To("Bearer x"),
+					ValueFrom: &agentsv1.SecretValueSource{SecretKeyRef: agentsv1.SecretKeyReference{Name: "s", Key: "k"}}}}}}
+		}, "spec.mcp.streamableHTTP.headers[0]", "exactly one of value or valueFrom must be set"),
+		Entry("an environment variable without a value", "env", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP.Stdio.Env = []agentsv1.ValueVar{{Name: "TOKEN"}}
+		}, "spec.mcp.stdio.env[0]", "exactly one of value or valueFrom must be set"),
+		Entry("a source name with a dot", "dotted", withSourceName("my.tools"), "spec.sourceName", "should match"),
+		Entry("a name that cannot be a source name, and no sourceName", "my.tools", func(*agentsv1.ToolSource) {},
+			"spec.sourceName is required when metadata.name is not a valid source name"),
+		Entry("a listing TTL of zero", "ttl", func(ts *agentsv1.ToolSource) {
+			ts.Spec.ListingTTL = &metav1.Duration{}
+		}, "spec.listingTTL", "listingTTL must be between 1s and 24h"),
+	)
+
+	It("refuses a change to the source name, or adding one", func() {
+		named := toolSourceFixture(ns, "named", withSourceName("crm"))
+		unnamed := toolSourceFixture(ns, "unnamed")
+		create(named, unnamed)
+		err := change(named, func(ts *agentsv1.ToolSource) { ts.Spec.SourceName = "sales" })
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("spec.sourceName"), ContainSubstring("sourceName is immutable")))
+		err = change(unnamed, func(ts *agentsv1.ToolSource) { ts.Spec.SourceName = "later" })
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("spec.sourceName"), ContainSubstring("sourceName cannot be added or removed")))
+	})
+
+	DescribeTable("refuses a bad MediaStore and names the field",
+		func(mutate mediaStoreOption, fragments ...string) {
+			expectRefused(mediaStoreFixture(ns, "bad", mutate), fragments...)
+		},
+		Entry("two locations", func(ms *agentsv1.MediaStore) {
+			ms.Spec.S3 = &agentsv1.S3MediaStore{Bucket: "media"}
+		}, "spec", "exactly one of s3 or localDirectory must be set"),
+		Entry("a relative root", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "media" },
+			"spec.localDirectory.root", "should match"),
+		Entry("a root with a '..' segment", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv/../etc" },
+			"spec.localDirectory.root", "root must be a clean absolute path"),
+		Entry("a bucket name S3 refuses", func(ms *agentsv1.MediaStore) {
+			ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "Agent_Media"}}
+		}, "spec.s3.bucket", "should match"),
+		Entry("a prefix with a leading slash", func(ms *agentsv1.MediaStore) {
+			ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "media", Prefix: "/sessions"}}
+		}, "spec.s3.prefix", "should match"),
+	)
+
+	Describe("image URI length", func() {
+		// longest finds, by adding one unit at a time, the longest value the
+		// URI rule allows; the API server must accept it and refuse one more.
+		longest := func(unit string, fits func(string) bool) string {
+			v := ""
+			for fits(v + unit) {
+				v += unit
+			}
+			return v
+		}
+		s3 := func(prefix string) *agentsv1.MediaStore {
+			return mediaStoreFixture(ns, "", func(ms *agentsv1.MediaStore) {
+				ms.GenerateName = "s3-"
+				ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "agent-media", Prefix: prefix}}
+			})
+		}
+		local := func(root string) *agentsv1.MediaStore {
+			return mediaStoreFixture(ns, "", func(ms *agentsv1.MediaStore) {
+				ms.GenerateName = "local-"
+				ms.Spec.LocalDirectory.Root = root
+			})
+		}
+
+		DescribeTable("accepts a bucket and prefix up to 1024 bytes of URI and refuses one byte more",
+			func(unit string) {
+				prefix := "p" + longest(unit, func(p string) bool {
+					return media.ImageURILength(media.S3StoreURI("agent-media", "p"+p)) <= media.MaxImageURILength
+				})
+				Expect(k8sClient.Create(suiteCtx, s3(prefix))).To(Succeed())
+				expectRefused(s3(prefix+unit), "spec.s3.prefix", "longer than 1024 bytes")
+			},
+			Entry("ASCII", "a"),
+			Entry("two-byte UTF-8", "é"),
+			Entry("three-byte UTF-8", "€"),
+			Entry("four-byte UTF-8", "😀"),
+		)
+
+		DescribeTable("accepts a local root up to 1024 bytes of percent-encoded URI and refuses more",
+			func(unit string) {
+				root := "/m" + longest(unit, func(r string) bool {
+					return media.ImageURILength(media.LocalStoreURI("/m"+r)) <= media.MaxImageURILength
+				})
+				Expect(k8sClient.Create(suiteCtx, local(root))).To(Succeed())
+				expectRefused(local(root+unit), "spec.localDirectory.root", "longer than 1024 bytes")
+			},
+			Entry("unreserved ASCII", "a"),
+			Entry("ASCII that is percent-encoded", " "),
+			Entry("two-byte UTF-8", "é"),
+			Entry("three-byte UTF-8", "€"),
+			Entry("four-byte UTF-8", "😀"),
+		)
+	})
+})

@@ -1,0 +1,307 @@
+package render
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+)
+
+var testDefaults = Defaults{
+	Engine:              &agentsv1.EngineSpec{Address: "temporal:7233", Namespace: "default"},
+	WorkerImage:         "worker:stock",
+	WorkerEngineVersion: "0.1.0",
+}
+
+type agentOption func(*agentsv1.Agent)
+
+func testAgent(opts ...agentOption) *agentsv1.Agent {
+	a := &agentsv1.Agent{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "support", UID: "uid-1", Generation: 1},
+		Spec: agentsv1.AgentSpec{
+			FlowType: "SupportAgent",
+			Model:    agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"},
+		},
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+func withToolSources(names ...string) agentOption {
+	return func(a *agentsv1.Agent) {
+		for _, n := range names {
+			a.Spec.ToolSources = append(a.Spec.ToolSources, agentsv1.LocalObjectReference{Name: n})
+		}
+	}
+}
+
+func withModelKey(secret, key string) agentOption {
+	return func(a *agentsv1.Agent) {
+		a.Spec.Model = agentsv1.ModelSpec{Provider: agentsv1.ModelProviderOpenAI, Name: "gpt-5-mini",
+			APIKeySecretRef: &agentsv1.SecretKeyReference{Name: secret, Key: key}}
+	}
+}
+
+func withEngineTLS(secret string) agentOption {
+	return func(a *agentsv1.Agent) {
+		a.Spec.Engine = &agentsv1.EngineSpec{Address: "temporal.cloud:7233", Namespace: "prod",
+			TLS: &agentsv1.EngineTLS{SecretRef: &agentsv1.SecretReference{Name: secret}}}
+	}
+}
+
+func withMediaStoreRef(name string) agentOption {
+	return func(a *agentsv1.Agent) { a.Spec.MediaStore = &agentsv1.LocalObjectReference{Name: name} }
+}
+
+var readyConditions = []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: agentsv1.ReasonReconciled}}
+
+func readyToolSource(name string, mutate ...func(*agentsv1.ToolSource)) *agentsv1.ToolSource {
+	ts := &agentsv1.ToolSource{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, Generation: 1},
+		Spec:       agentsv1.ToolSourceSpec{MCP: agentsv1.MCPServer{Stdio: &agentsv1.MCPStdio{Command: "mcp-" + name}}},
+		Status:     agentsv1.ToolSourceStatus{ObservedGeneration: 1, Conditions: readyConditions},
+	}
+	for _, m := range mutate {
+		m(ts)
+	}
+	return ts
+}
+
+func readyMediaStore(name string, mutate ...func(*agentsv1.MediaStore)) *agentsv1.MediaStore {
+	ms := &agentsv1.MediaStore{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, Generation: 1},
+		Spec:       agentsv1.MediaStoreSpec{LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: "/media"}},
+		Status:     agentsv1.MediaStoreStatus{ObservedGeneration: 1, Conditions: readyConditions},
+	}
+	for _, m := range mutate {
+		m(ms)
+	}
+	return ms
+}
+
+func secret(name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+func observed(objs ...any) Observed {
+	o := Observed{ToolSources: map[string]*agentsv1.ToolSource{}, Secrets: map[string]*corev1.Secret{}}
+	for _, obj := range objs {
+		switch v := obj.(type) {
+		case *agentsv1.ToolSource:
+			o.ToolSources[v.Name] = v
+		case *agentsv1.MediaStore:
+			o.MediaStore = v
+		case *corev1.Secret:
+			o.Secrets[v.Name] = v
+		}
+	}
+	return o
+}
+
+func TestResolveBlockers(t *testing.T) {
+	deleted := metav1.Now()
+	tests := []struct {
+		name        string
+		agent       *agentsv1.Agent
+		observed    Observed
+		defaults    Defaults
+		wantReason  string
+		wantMessage string
+	}{
+		{
+			name:       "no engine anywhere",
+			agent:      testAgent(),
+			defaults:   Defaults{WorkerImage: "w"},
+			wantReason: agentsv1.ReasonEngineNotConfigured, wantMessage: "spec.engine is not set and the operator has no default engine",
+		},
+		{
+			name:       "a missing ToolSource",
+			agent:      testAgent(withToolSources("files", "tickets")),
+			observed:   observed(readyToolSource("files")),
+			wantReason: agentsv1.ReasonToolSourceNotFound, wantMessage: `spec.toolSources[1]: ToolSource "tickets" does not exist`,
+		},
+		{
+			name:  "a ToolSource not reconciled for its generation",
+			agent: testAgent(withToolSources("files")),
+			observed: observed(readyToolSource("files", func(ts *agentsv1.ToolSource) {
+				ts.Generation = 2
+			})),
+			wantReason: agentsv1.ReasonToolSourceNotReady, wantMessage: `ToolSource "files" has not been reconciled yet`,
+		},
+		{
+			name:  "a ToolSource that is not Ready",
+			agent: testAgent(withToolSources("files")),
+			observed: observed(readyToolSource("files", func(ts *agentsv1.ToolSource) {
+				ts.Status.Conditions = []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionFalse,
+					Reason: agentsv1.ReasonSecretNotFound, Message: "no token"}}
+			})),
+			wantReason: agentsv1.ReasonToolSourceNotReady, wantMessage: `ToolSource "files" is not Ready (SecretNotFound: no token)`,
+		},
+		{
+			name:  "a ToolSource being deleted",
+			agent: testAgent(withToolSources("files")),
+			observed: observed(readyToolSource("files", func(ts *agentsv1.ToolSource) {
+				ts.DeletionTimestamp = &deleted
+			})),
+			wantReason: agentsv1.ReasonToolSourceNotReady, wantMessage: `ToolSource "files" is being deleted`,
+		},
+		{
+			name:  "two ToolSources with one source name",
+			agent: testAgent(withToolSources("files", "files-v2")),
+			observed: observed(readyToolSource("files"), readyToolSource("files-v2", func(ts *agentsv1.ToolSource) {
+				ts.Spec.SourceName = "files"
+			})),
+			wantReason: agentsv1.ReasonToolSourceConflict, wantMessage: `ToolSources "files" and "files-v2" both have source name "files"`,
+		},
+		{
+			name:  "two ToolSources with resource and prompt tools",
+			agent: testAgent(withToolSources("a", "b")),
+			observed: observed(
+				readyToolSource("a", func(ts *agentsv1.ToolSource) { ts.Spec.ResourceAndPromptTools = true }),
+				readyToolSource("b", func(ts *agentsv1.ToolSource) { ts.Spec.ResourceAndPromptTools = true })),
+			wantReason: agentsv1.ReasonToolSourceConflict, wantMessage: `both enable resourceAndPromptTools`,
+		},
+		{
+			name:       "a missing MediaStore",
+			agent:      testAgent(withMediaStoreRef("media")),
+			wantReason: agentsv1.ReasonMediaStoreNotFound, wantMessage: `spec.mediaStore: MediaStore "media" does not exist`,
+		},
+		{
+			name:  "a MediaStore being deleted",
+			agent: testAgent(withMediaStoreRef("media")),
+			observed: observed(readyMediaStore("media", func(ms *agentsv1.MediaStore) {
+				ms.DeletionTimestamp = &deleted
+			})),
+			wantReason: agentsv1.ReasonMediaStoreNotReady, wantMessage: `MediaStore "media" is being deleted`,
+		},
+		{
+			name:       "a missing model key Secret",
+			agent:      testAgent(withModelKey("openai", "api-key")),
+			wantReason: agentsv1.ReasonSecretNotFound, wantMessage: `spec.model.apiKeySecretRef: Secret "openai" does not exist`,
+		},
+		{
+			name:       "a model key Secret without the key",
+			agent:      testAgent(withModelKey("openai", "api-key")),
+			observed:   observed(secret("openai", map[string]string{"key": "x"})),
+			wantReason: agentsv1.ReasonSecretKeyNotFound, wantMessage: `spec.model.apiKeySecretRef: Secret "openai" has no key "api-key"`,
+		},
+		{
+			name:  "a ToolSource header Secret that is missing",
+			agent: testAgent(withToolSources("tickets")),
+			observed: observed(readyToolSource("tickets", func(ts *agentsv1.ToolSource) {
+				ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "https://t",
+					Headers: []agentsv1.HTTPHeader{{Name: "Authorization", ValueFrom: &agentsv1.SecretValueSource{
+						SecretKeyRef: agentsv1.SecretKeyReference{Name: "tickets", Key: "token"}}}}}}
+			})),
+			wantReason:  agentsv1.ReasonSecretNotFound,
+			wantMessage: `ToolSource "tickets" spec.mcp.streamableHTTP.headers[Authorization].valueFrom.secretKeyRef: Secret "tickets" does not exist`,
+		},
+		{
+			name:       "an engine TLS Secret that is missing",
+			agent:      testAgent(withEngineTLS("engine-tls")),
+			wantReason: agentsv1.ReasonSecretNotFound, wantMessage: `spec.engine.tls.secretRef: Secret "engine-tls" does not exist`,
+		},
+		{
+			name:       "an engine TLS Secret with half a client certificate",
+			agent:      testAgent(withEngineTLS("engine-tls")),
+			observed:   observed(secret("engine-tls", map[string]string{"tls.crt": "cert"})),
+			wantReason: agentsv1.ReasonSecretKeyNotFound, wantMessage: "must have both tls.crt and tls.key",
+		},
+		{
+			name:       "an engine TLS Secret with nothing in it",
+			agent:      testAgent(withEngineTLS("engine-tls")),
+			observed:   observed(secret("engine-tls", map[string]string{"other": "x"})),
+			wantReason: agentsv1.ReasonSecretKeyNotFound, wantMessage: "has none of ca.crt, tls.crt and tls.key",
+		},
+		{
+			name: "a required extra env Secret key",
+			agent: testAgent(func(a *agentsv1.Agent) {
+				a.Spec.Workers = &agentsv1.WorkersSpec{Env: []corev1.EnvVar{{Name: "CRM_TOKEN", ValueFrom: &corev1.EnvVarSource{
+					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "crm"}, Key: "token"}}}}}
+			}),
+			wantReason: agentsv1.ReasonSecretNotFound, wantMessage: `spec.workers.env[CRM_TOKEN].valueFrom.secretKeyRef: Secret "crm" does not exist`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defaults := tt.defaults
+			if defaults == (Defaults{}) {
+				defaults = testDefaults
+			}
+			if tt.observed.ToolSources == nil {
+				tt.observed = observed()
+			}
+			resolved, blocker := Resolve(tt.agent, tt.observed, defaults)
+			if blocker == nil {
+				t.Fatalf("Resolve() = %+v, want blocker %s", resolved, tt.wantReason)
+			}
+			if blocker.Reason != tt.wantReason {
+				t.Errorf("reason = %s, want %s (message %q)", blocker.Reason, tt.wantReason, blocker.Message)
+			}
+			if !strings.Contains(blocker.Message, tt.wantMessage) {
+				t.Errorf("message = %q, want it to contain %q", blocker.Message, tt.wantMessage)
+			}
+		})
+	}
+}
+
+func TestResolveSucceeds(t *testing.T) {
+	agent := testAgent(withModelKey("openai", "api-key"), withToolSources("files"), withMediaStoreRef("media"),
+		func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:2", EngineVersion: "0.2.0",
+				Env: []corev1.EnvVar{{Name: "OPTIONAL", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Key: "k", Optional: new(true)}}}}}
+		})
+	ms := readyMediaStore("media", func(ms *agentsv1.MediaStore) {
+		ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "b",
+			CredentialsSecretRef: &agentsv1.SecretReference{Name: "s3"}}}
+	})
+	obs := observed(readyToolSource("files"), ms,
+		secret("openai", map[string]string{"api-key": "sk"}),
+		secret("s3", map[string]string{S3AccessKeyIDKey: "id", S3SecretAccessKeyKey: "secret", S3SessionTokenKey: "token"}))
+
+	resolved, blocker := Resolve(agent, obs, testDefaults)
+	if blocker != nil {
+		t.Fatalf("Resolve() blocked: %v", blocker)
+	}
+	if resolved.WorkerImage != "team/worker:2" || resolved.EngineVersion != "0.2.0" {
+		t.Errorf("worker = %s %s, want the Agent's image and engine version", resolved.WorkerImage, resolved.EngineVersion)
+	}
+	if resolved.Engine.Address != "temporal:7233" || resolved.Engine.Namespace != "default" {
+		t.Errorf("engine = %+v, want the default", resolved.Engine)
+	}
+	if !resolved.S3SessionToken {
+		t.Error("S3SessionToken = false, want true")
+	}
+	var keys []string
+	for _, d := range resolved.SecretDigests {
+		keys = append(keys, d.Secret+"/"+d.Key)
+		if len(d.SHA256) != 64 {
+			t.Errorf("digest of %s/%s = %q, want a SHA-256", d.Secret, d.Key, d.SHA256)
+		}
+	}
+	want := []string{"openai/api-key", "s3/AWS_ACCESS_KEY_ID", "s3/AWS_SECRET_ACCESS_KEY", "s3/AWS_SESSION_TOKEN"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("secret digests = %v, want %v", keys, want)
+	}
+}
+
+func TestEffectiveSourceName(t *testing.T) {
+	if got := EffectiveSourceName(readyToolSource("files")); got != "files" {
+		t.Errorf("without spec.sourceName = %q, want the name", got)
+	}
+	named := readyToolSource("files", func(ts *agentsv1.ToolSource) { ts.Spec.SourceName = "docs" })
+	if got := EffectiveSourceName(named); got != "docs" {
+		t.Errorf("with spec.sourceName = %q, want docs", got)
+	}
+}

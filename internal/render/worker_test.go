@@ -1,0 +1,307 @@
+package render
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+// render resolves and renders in one step, failing the test on a blocker.
+func render(t *testing.T, agent *agentsv1.Agent, obs Observed) *WorkerObjects {
+	t.Helper()
+	if obs.ToolSources == nil {
+		obs = observed()
+	}
+	resolved, blocker := Resolve(agent, obs, testDefaults)
+	if blocker != nil {
+		t.Fatalf("Resolve() blocked: %v", blocker)
+	}
+	w, err := Worker(resolved)
+	if err != nil {
+		t.Fatalf("Worker() = %v", err)
+	}
+	return w
+}
+
+func envNames(envs []corev1ac.EnvVarApplyConfiguration) []string {
+	var out []string
+	for _, e := range envs {
+		out = append(out, *e.Name)
+	}
+	return out
+}
+
+func TestRenderWorkerConfig(t *testing.T) {
+	agent := testAgent(withModelKey("openai", "api-key"), withToolSources("files", "tickets"), withMediaStoreRef("media"),
+		func(a *agentsv1.Agent) {
+			a.Spec.Instructions = "Help <customers> & staff."
+			a.Spec.BuiltInTools = []agentsv1.BuiltInTool{agentsv1.BuiltInToolWriteTodos, agentsv1.BuiltInToolAskUser}
+			a.Spec.PlanMode = &agentsv1.PlanModeSpec{Enabled: true}
+			a.Spec.ToolPolicies = []agentsv1.ToolPolicy{{Name: "tickets__close", Effect: agentsv1.ToolEffectNonIdempotentWrite}}
+			a.Spec.Compaction = &agentsv1.CompactionSpec{ContextWindowTokens: 200_000}
+			a.Spec.Limits = &agentsv1.LimitsSpec{InterruptDeadline: &metav1.Duration{Duration: time.Hour},
+				EventStreamCapacity: new(resource.MustParse("1Mi"))}
+			a.Spec.Workers = &agentsv1.WorkersSpec{TaskSlots: 40}
+		})
+	tickets := readyToolSource("tickets", func(ts *agentsv1.ToolSource) {
+		ts.Spec.SourceName = "crm"
+		ts.Spec.TrustToolAnnotations = new(false)
+		ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "https://crm/mcp",
+			Headers: []agentsv1.HTTPHeader{
+				{Name: "X-Team", Value: new("support")},
+				{Name: "Authorization", ValueFrom: &agentsv1.SecretValueSource{SecretKeyRef: agentsv1.SecretKeyReference{Name: "crm", Key: "token"}}},
+			}}}
+	})
+	w := render(t, agent, observed(readyToolSource("files"), tickets, readyMediaStore("media"),
+		secret("openai", map[string]string{"api-key": "sk-live"}), secret("crm", map[string]string{"token": "Bearer t"})))
+
+	if strings.Contains(string(w.ConfigDocument), "sk-live") || strings.Contains(string(w.ConfigDocument), "Bearer t") {
+		t.Fatal("the config document holds a Secret value")
+	}
+	cfg, err := workerconfig.Decode(w.ConfigDocument)
+	if err != nil {
+		t.Fatalf("Decode(rendered) = %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"flow type", cfg.FlowType, "SupportAgent"},
+		{"task queue", cfg.Engine.TaskQueue, "stepwise/SupportAgent"},
+		{"engine", cfg.Engine.Address + " " + cfg.Engine.Namespace, "temporal:7233 default"},
+		{"engine version", cfg.EngineVersion, "0.1.0"},
+		{"task slots", cfg.TaskSlots, int32(40)},
+		{"instructions kept as written", cfg.Definition.Instructions, "Help <customers> & staff."},
+		{"built-in tools in name order", strings.Join(cfg.Definition.BuiltInTools, ","), "ask_user,write_todos"},
+		{"plan mode", cfg.Definition.PlanMode.PlanningToolChoice, "auto"},
+		{"default effect", cfg.Definition.DefaultToolEffect, "unclassified"},
+		{"compaction defaults", [3]float64{cfg.Definition.Compaction.TriggerRatio, cfg.Definition.Compaction.KeepRatio,
+			float64(cfg.Definition.Compaction.RetainedMessageLimit)}, [3]float64{0.85, 0.3, 1000}},
+		{"interrupt deadline", cfg.Definition.Limits.InterruptDeadline.Duration, time.Hour},
+		{"max durable wait default", cfg.Definition.Limits.MaxDurableWait.Duration, 365 * 24 * time.Hour},
+		{"event stream bytes", cfg.Definition.Limits.EventStreamCapacityBytes, int64(1 << 20)},
+		{"model calls default", cfg.Definition.Limits.MaxModelCallsPerTurn, int32(100)},
+		{"source order and names", cfg.ToolSources[0].SourceName + "," + cfg.ToolSources[1].SourceName, "files,crm"},
+		{"annotation trust", cfg.ToolSources[1].TrustToolAnnotations, false},
+		{"listing TTL default", cfg.ToolSources[0].ListingTTL.Duration, 5 * time.Minute},
+		{"inline header", cfg.ToolSources[1].StreamableHTTP.Headers[0].Value, "support"},
+		{"secret header by env", cfg.ToolSources[1].StreamableHTTP.Headers[1].FromEnv.Env, SecretEnvName("crm", "token")},
+		{"model key by env", cfg.Definition.Model.APIKey.Env, SecretEnvName("openai", "api-key")},
+		{"store URI", cfg.MediaStore.StoreURI, "file:///media"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+
+	// The pod name comes first, then the Secret variables in name order.
+	secretEnv := []string{SecretEnvName("crm", "token"), SecretEnvName("openai", "api-key")}
+	slices.Sort(secretEnv)
+	wantEnv := append([]string{EnvPodName}, secretEnv...)
+	if env := envNames(w.Deployment.Spec.Template.Spec.Containers[0].Env); !slices.Equal(env, wantEnv) {
+		t.Errorf("container env = %v, want %v", env, wantEnv)
+	}
+}
+
+func TestRenderWorkerDeployment(t *testing.T) {
+	tests := []struct {
+		name  string
+		agent *agentsv1.Agent
+		obs   Observed
+		check func(t *testing.T, w *WorkerObjects)
+	}{
+		{
+			name:  "defaults: one replica, the stock image, the operator's ServiceAccount",
+			agent: testAgent(),
+			check: func(t *testing.T, w *WorkerObjects) {
+				spec := w.Deployment.Spec
+				if *spec.Replicas != 1 {
+					t.Errorf("replicas = %d, want 1", *spec.Replicas)
+				}
+				if got := *spec.Template.Spec.Containers[0].Image; got != "worker:stock" {
+					t.Errorf("image = %s, want the stock image", got)
+				}
+				if w.ServiceAccount == nil || *spec.Template.Spec.ServiceAccountName != "support-worker" {
+					t.Errorf("service account = %v, want support-worker created", spec.Template.Spec.ServiceAccountName)
+				}
+				if got := spec.Template.Labels[LabelEngineVersion]; got != "0.1.0" {
+					t.Errorf("engine version label = %q", got)
+				}
+				if spec.Selector.MatchLabels[LabelAgent] != "support" || len(spec.Selector.MatchLabels) != 2 {
+					t.Errorf("selector = %v, want the two stable labels", spec.Selector.MatchLabels)
+				}
+				if got := spec.Template.Annotations[AnnotationConfigDigest]; got != w.ConfigDigest {
+					t.Errorf("pod digest = %s, want %s", got, w.ConfigDigest)
+				}
+			},
+		},
+		{
+			name: "an Agent's own image, ServiceAccount, scheduling and env",
+			agent: testAgent(func(a *agentsv1.Agent) {
+				a.Spec.Workers = &agentsv1.WorkersSpec{
+					Image: "team/worker:2", EngineVersion: "0.2.0", Replicas: new(int32(3)),
+					ServiceAccountName: "cloud", NodeSelector: map[string]string{"pool": "agents"},
+					Tolerations: []corev1.Toleration{{Key: "agents", Operator: corev1.TolerationOpExists}},
+					Env:         []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}},
+					Resources:   corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}},
+				}
+			}),
+			check: func(t *testing.T, w *WorkerObjects) {
+				pod := w.Deployment.Spec.Template.Spec
+				if w.ServiceAccount != nil || *pod.ServiceAccountName != "cloud" {
+					t.Errorf("service account: created %v, used %s; want none created and cloud used", w.ServiceAccount != nil, *pod.ServiceAccountName)
+				}
+				c := pod.Containers[0]
+				if *c.Image != "team/worker:2" || w.Deployment.Spec.Template.Labels[LabelEngineVersion] != "0.2.0" {
+					t.Errorf("image %s version %s", *c.Image, w.Deployment.Spec.Template.Labels[LabelEngineVersion])
+				}
+				if *w.Deployment.Spec.Replicas != 3 || pod.NodeSelector["pool"] != "agents" || *pod.Tolerations[0].Key != "agents" {
+					t.Error("replicas, node selector or tolerations not passed through")
+				}
+				env := envNames(c.Env)
+				if env[len(env)-1] != "LOG_LEVEL" {
+					t.Errorf("env = %v, want the Agent's env last", env)
+				}
+				if got := (*c.Resources.Limits)[corev1.ResourceMemory]; got.String() != "1Gi" {
+					t.Errorf("memory limit = %s", got.String())
+				}
+			},
+		},
+		{
+			name:  "engine TLS mounts the Secret and names only the files it has",
+			agent: testAgent(withEngineTLS("engine-tls")),
+			obs:   observed(secret("engine-tls", map[string]string{"ca.crt": "ca"})),
+			check: func(t *testing.T, w *WorkerObjects) {
+				tls := w.Config.Engine.TLS
+				if tls == nil || tls.CAFile != EngineTLSDir+"/ca.crt" || tls.CertFile != "" {
+					t.Errorf("TLS config = %+v, want only the CA file", tls)
+				}
+				if !hasVolume(w, "engine-tls") {
+					t.Error("no engine-tls volume")
+				}
+			},
+		},
+		{
+			name:  "a local directory MediaStore with a claim is mounted at its root",
+			agent: testAgent(withMediaStoreRef("media")),
+			obs: observed(readyMediaStore("media", func(ms *agentsv1.MediaStore) {
+				ms.Spec.LocalDirectory.PersistentVolumeClaimName = "media-pvc"
+			})),
+			check: func(t *testing.T, w *WorkerObjects) {
+				if !hasVolume(w, "media") {
+					t.Fatal("no media volume")
+				}
+				for _, m := range w.Deployment.Spec.Template.Spec.Containers[0].VolumeMounts {
+					if *m.Name == "media" && *m.MountPath != "/media" {
+						t.Errorf("media mounted at %s, want /media", *m.MountPath)
+					}
+				}
+			},
+		},
+		{
+			name:  "S3 credentials come from the Secret's conventional keys",
+			agent: testAgent(withMediaStoreRef("media")),
+			obs: observed(readyMediaStore("media", func(ms *agentsv1.MediaStore) {
+				ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "b", Prefix: "p",
+					CredentialsSecretRef: &agentsv1.SecretReference{Name: "s3"}}}
+			}), secret("s3", map[string]string{S3AccessKeyIDKey: "id", S3SecretAccessKeyKey: "key"})),
+			check: func(t *testing.T, w *WorkerObjects) {
+				s3 := w.Config.MediaStore.S3
+				if s3.AccessKeyID.Key != S3AccessKeyIDKey || s3.SecretAccessKey.Key != S3SecretAccessKeyKey || s3.SessionToken != nil {
+					t.Errorf("S3 credentials = %+v", s3)
+				}
+				if w.Config.MediaStore.StoreURI != "s3://b/p" {
+					t.Errorf("store URI = %s", w.Config.MediaStore.StoreURI)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.check(t, render(t, tt.agent, tt.obs))
+		})
+	}
+}
+
+func hasVolume(w *WorkerObjects, name string) bool {
+	for _, v := range w.Deployment.Spec.Template.Spec.Volumes {
+		if *v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestConfigDigest(t *testing.T) {
+	agent := testAgent(withModelKey("openai", "api-key"))
+	base := render(t, agent, observed(secret("openai", map[string]string{"api-key": "one"})))
+	again := render(t, agent, observed(secret("openai", map[string]string{"api-key": "one"})))
+	rotated := render(t, agent, observed(secret("openai", map[string]string{"api-key": "two"})))
+	changed := render(t, testAgent(withModelKey("openai", "api-key"), func(a *agentsv1.Agent) { a.Spec.Instructions = "new" }),
+		observed(secret("openai", map[string]string{"api-key": "one"})))
+
+	if base.ConfigDigest != again.ConfigDigest || string(base.ConfigDocument) != string(again.ConfigDocument) {
+		t.Error("the same inputs rendered differently")
+	}
+	if rotated.ConfigDigest == base.ConfigDigest {
+		t.Error("a rotated Secret value did not change the digest")
+	}
+	if string(rotated.ConfigDocument) != string(base.ConfigDocument) {
+		t.Error("a rotated Secret value changed the document, which must hold no value")
+	}
+	if changed.ConfigDigest == base.ConfigDigest {
+		t.Error("a spec change did not change the digest")
+	}
+}
+
+func TestRenderWorkerRefusesAnOversizedConfig(t *testing.T) {
+	agent := testAgent(func(a *agentsv1.Agent) { a.Spec.Instructions = strings.Repeat("x", maxConfigBytes) })
+	resolved, blocker := Resolve(agent, observed(), testDefaults)
+	if blocker != nil {
+		t.Fatal(blocker)
+	}
+	_, err := Worker(resolved)
+	var b *Blocker
+	if !errors.As(err, &b) || b.Reason != agentsv1.ReasonInvalidSpec || !strings.Contains(b.Message, "spec.instructions") {
+		t.Fatalf("Worker() = %v, want an InvalidSpec blocker naming spec.instructions", err)
+	}
+}
+
+func TestSecretEnvName(t *testing.T) {
+	a, b := SecretEnvName("openai", "api-key"), SecretEnvName("openai", "api-key")
+	if a != b || !strings.HasPrefix(a, "STEPWISE_SECRET_") {
+		t.Errorf("SecretEnvName not stable: %s %s", a, b)
+	}
+	if SecretEnvName("openai", "key") == a || SecretEnvName("openai-api", "key") == SecretEnvName("openai", "api-key") {
+		t.Error("different Secret keys share a variable")
+	}
+}
+
+func TestGraph(t *testing.T) {
+	g, err := Graph(testAgent(), "0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(g.ConfigMap.Data["graph.json"]), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc["flowType"] != "SupportAgent" || doc["engineVersion"] != "0.1.0" {
+		t.Errorf("graph names %v %v", doc["flowType"], doc["engineVersion"])
+	}
+	if g.ConfigMap.Annotations[AnnotationGraphDigest] != g.Digest || *g.ConfigMap.Name != "support-session-graph" {
+		t.Errorf("graph ConfigMap %s digest %s", *g.ConfigMap.Name, g.ConfigMap.Annotations[AnnotationGraphDigest])
+	}
+}

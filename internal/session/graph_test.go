@@ -1,0 +1,150 @@
+package session
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestGraphIsConsistent(t *testing.T) {
+	g := Graph("SupportAgent", "0.1.0")
+	known := map[StepName]GraphStep{}
+	for _, s := range g.Steps {
+		if _, dup := known[s.Name]; dup {
+			t.Errorf("step %s listed twice", s.Name)
+		}
+		known[s.Name] = s
+	}
+	outgoing := map[StepName][]Transition{}
+	reached := map[StepName]bool{g.Start: true}
+	for _, tr := range g.Transitions {
+		if _, ok := known[tr.From]; !ok {
+			t.Errorf("transition from unknown step %s", tr.From)
+		}
+		if _, ok := known[tr.To]; !ok {
+			t.Errorf("transition to unknown step %s", tr.To)
+		}
+		if tr.On == "" {
+			t.Errorf("transition %s -> %s does not say when", tr.From, tr.To)
+		}
+		outgoing[tr.From] = append(outgoing[tr.From], tr)
+	}
+	// Every Step is reachable from the start.
+	for changed := true; changed; {
+		changed = false
+		for _, tr := range g.Transitions {
+			if reached[tr.From] && !reached[tr.To] {
+				reached[tr.To], changed = true, true
+			}
+		}
+	}
+	for name := range known {
+		if !reached[name] {
+			t.Errorf("step %s cannot be reached from %s", name, g.Start)
+		}
+	}
+	for name, s := range known {
+		// An effect Step's failure routes are exactly its failure transitions.
+		var failureTargets []StepName
+		for _, tr := range outgoing[name] {
+			if tr.Kind == TransitionFailure {
+				failureTargets = append(failureTargets, tr.To)
+			}
+		}
+		if len(failureTargets) != len(s.FailureRoutes) {
+			t.Errorf("step %s: failure routes %v, failure transitions %v", name, s.FailureRoutes, failureTargets)
+		}
+		for i := range failureTargets {
+			if i < len(s.FailureRoutes) && failureTargets[i] != s.FailureRoutes[i] {
+				t.Errorf("step %s: failure route %d is %s, transition goes to %s", name, i, s.FailureRoutes[i], failureTargets[i])
+			}
+		}
+		if s.Kind == StepKindEffect && (s.MaxAttempts == 0 || len(s.FailureRoutes) == 0) {
+			t.Errorf("effect step %s needs attempts and a failure route", name)
+		}
+		// A cancellable Step leads to FinishTurnCancellation.
+		hasCancel := false
+		for _, tr := range outgoing[name] {
+			hasCancel = hasCancel || (tr.Kind == TransitionCancel && tr.To == StepFinishTurnCancellation)
+		}
+		if hasCancel != s.Cancellable {
+			t.Errorf("step %s: cancellable %v, cancel transition %v", name, s.Cancellable, hasCancel)
+		}
+		// Every per-tool-call Step can settle its call: it publishes a result.
+		if s.PerToolCall {
+			publishes := false
+			for _, tr := range outgoing[name] {
+				publishes = publishes || (tr.Kind == TransitionResult && tr.To == StepResumeTurn)
+			}
+			if !publishes {
+				t.Errorf("tool step %s never publishes a result to ResumeTurn", name)
+			}
+		}
+	}
+}
+
+func TestGraphFollowsTheSeedsStepOptions(t *testing.T) {
+	tests := []struct {
+		step                              StepName
+		attempts                          int
+		attemptTimeout, heartbeat, within string
+	}{
+		{StepRunModel, 3, "15m0s", "2m0s", "30m0s"},
+		{StepCompactContext, 3, "15m0s", "2m0s", "30m0s"},
+		{StepCallTool, 3, "", "", ""},
+		{StepCallSingleAttemptTool, 1, "", "", ""},
+		{StepPollToolTask, 3, "", "", ""},
+		{StepCancelToolTask, 3, "30s", "", "2m0s"},
+	}
+	steps := map[StepName]GraphStep{}
+	for _, s := range Graph("F", "0.1.0").Steps {
+		steps[s.Name] = s
+	}
+	for _, tt := range tests {
+		s := steps[tt.step]
+		if s.MaxAttempts != tt.attempts || s.AttemptTimeout != tt.attemptTimeout || s.HeartbeatTimeout != tt.heartbeat || s.AttemptsWithin != tt.within {
+			t.Errorf("%s = %d attempts, timeout %q, heartbeat %q, within %q; want %d %q %q %q", tt.step,
+				s.MaxAttempts, s.AttemptTimeout, s.HeartbeatTimeout, s.AttemptsWithin, tt.attempts, tt.attemptTimeout, tt.heartbeat, tt.within)
+		}
+	}
+	for _, name := range []StepName{StepAwaitToolApproval, StepAwaitQuestionAnswer} {
+		if !steps[name].WaitsForPerson {
+			t.Errorf("%s should be marked as waiting for a person", name)
+		}
+	}
+}
+
+func TestGraphDocument(t *testing.T) {
+	doc, digest, err := Graph("SupportAgent", "0.1.0").Document()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, digestAgain, _ := Graph("SupportAgent", "0.1.0").Document()
+	if string(doc) != string(again) || digest != digestAgain {
+		t.Error("the same graph encoded differently")
+	}
+	_, otherFlow, _ := Graph("TriageAgent", "0.1.0").Document()
+	_, otherEngine, _ := Graph("SupportAgent", "0.2.0").Document()
+	if otherFlow == digest || otherEngine == digest {
+		t.Error("the digest does not follow the Flow type and engine version")
+	}
+	var parsed FlowGraph
+	if err := json.Unmarshal(doc, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	if parsed.Schema != FlowGraphSchema || parsed.Start != StepStartAgentSession || len(parsed.Actions) == 0 {
+		t.Errorf("document = schema %q start %q, %d actions", parsed.Schema, parsed.Start, len(parsed.Actions))
+	}
+}
+
+func TestStepLookup(t *testing.T) {
+	s, ok := Step(StepCallSingleAttemptTool)
+	if !ok || s.Retry.MaxAttempts != 1 || s.FailureRoutes[0] != StepRecordToolOutcomeUnknown {
+		t.Errorf("Step(CallSingleAttemptTool) = %+v, %v", s, ok)
+	}
+	if _, ok := Step("NoSuchStep"); ok {
+		t.Error("Step found an unknown name")
+	}
+	if len(Steps()) != 17 {
+		t.Errorf("Steps() = %d steps, want the seed's 17", len(Steps()))
+	}
+}

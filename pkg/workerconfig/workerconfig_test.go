@@ -1,0 +1,103 @@
+package workerconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func validConfig() Config {
+	return Config{
+		APIVersion: APIVersion, Kind: Kind,
+		Agent:    AgentRef{Namespace: "team", Name: "support"},
+		FlowType: "SupportAgent", EngineVersion: "0.1.0", TaskSlots: 10, HealthAddress: ":8080",
+		Engine:     Engine{Address: "temporal:7233", Namespace: "default", TaskQueue: "stepwise/SupportAgent"},
+		Definition: Definition{Name: "support", Model: Model{Provider: "scripted", Name: "demo"}, DefaultToolEffect: "unclassified"},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	cfg := validConfig()
+	cfg.ToolSources = []ToolSource{{SourceName: "files", Stdio: &Stdio{Command: "mcp-files"}}}
+	doc, err := cfg.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), FileName)
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load() = %v", err)
+	}
+	if got.FlowType != cfg.FlowType || got.ToolSources[0].Stdio.Command != "mcp-files" {
+		t.Errorf("round trip lost fields: %+v", got)
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	tests := []struct {
+		name   string
+		doc    string
+		mutate func(*Config)
+		want   string
+	}{
+		{name: "not JSON", doc: "{", want: "not valid JSON"},
+		{name: "another version", mutate: func(c *Config) { c.APIVersion = "worker.stepwise.run/v2" },
+			want: `apiVersion "worker.stepwise.run/v2"`},
+		{name: "no flow type", mutate: func(c *Config) { c.FlowType = "" }, want: "flowType is required"},
+		{name: "no task slots", mutate: func(c *Config) { c.TaskSlots = 0 }, want: "taskSlots must be at least 1"},
+		{name: "a repeated source name", mutate: func(c *Config) {
+			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}}, {SourceName: "a", Stdio: &Stdio{Command: "y"}}}
+		}, want: `toolSources[1].sourceName "a" repeats`},
+		{name: "a source with two transports", mutate: func(c *Config) {
+			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}, StreamableHTTP: &StreamableHTTP{URL: "http://x"}}}
+		}, want: "exactly one of stdio or streamableHTTP"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := []byte(tt.doc)
+			if tt.mutate != nil {
+				cfg := validConfig()
+				tt.mutate(&cfg)
+				var err error
+				if doc, err = cfg.Encode(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := Decode(doc)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Decode() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeIgnoresFieldsItDoesNotKnow(t *testing.T) {
+	doc, _ := validConfig().Encode()
+	doc = []byte(strings.Replace(string(doc), `"flowType"`, `"addedLater": {"x": 1}, "flowType"`, 1))
+	if _, err := Decode(doc); err != nil {
+		t.Errorf("Decode() = %v, want fields added by a newer operator ignored", err)
+	}
+}
+
+func TestSecretValues(t *testing.T) {
+	t.Setenv("STEPWISE_SECRET_TEST", "the-value")
+	ref := SecretEnv{Env: "STEPWISE_SECRET_TEST", Secret: "openai", Key: "api-key"}
+	if v, err := ref.Lookup(); err != nil || v != "the-value" {
+		t.Errorf("Lookup() = %q, %v", v, err)
+	}
+	if v, err := (Value{Name: "h", FromEnv: &ref}).Resolve(); err != nil || v != "the-value" {
+		t.Errorf("Resolve() from env = %q, %v", v, err)
+	}
+	if v, _ := (Value{Name: "h", Value: "inline"}).Resolve(); v != "inline" {
+		t.Errorf("Resolve() inline = %q", v)
+	}
+	missing := SecretEnv{Env: "STEPWISE_SECRET_ABSENT", Secret: "openai", Key: "api-key"}
+	_, err := missing.Lookup()
+	if err == nil || !strings.Contains(err.Error(), `Secret openai key api-key`) {
+		t.Errorf("Lookup() of a missing variable = %v, want an error naming the Secret key", err)
+	}
+}
