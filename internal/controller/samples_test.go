@@ -40,3 +40,18 @@ var _ = Describe("config/samples", func() {
 		Expect(out).To(And(ContainSubstring("SupportAgent"), ContainSubstring("session-media"), ContainSubstring("tickets")))
 	})
 })
+
+var _ = Describe("config/default", func() {
+	It("installs the operator's CRDs, RBAC and Deployment on a real API server", func() {
+		out, err := kubectl("apply", "-k", filepath.Join("..", "..", "config", "default"))
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = kubectl("get", "--namespace", "stepwise-system", "deployment/stepwise-controller-manager",
+			"-o", "jsonpath={.spec.template.spec.serviceAccountName}")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(Equal("stepwise-controller-manager"))
+		out, err = kubectl("auth", "can-i", "patch", "agents.agents.stepwise.run", "--subresource=status",
+			"--as", "system:serviceaccount:stepwise-system:stepwise-controller-manager")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(HavePrefix("yes"))
+	})
+})

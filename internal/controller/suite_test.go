@@ -10,6 +10,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +19,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
@@ -31,12 +34,13 @@ const (
 )
 
 var (
-	testEnv    *envtest.Environment
-	cfg        *rest.Config
-	k8sClient  client.Client
-	kubeconfig string
-	suiteCtx   context.Context
-	cancel     context.CancelFunc
+	testEnv     *envtest.Environment
+	cfg         *rest.Config
+	k8sClient   client.Client
+	kubeconfig  string
+	suiteCtx    context.Context
+	cancel      context.CancelFunc
+	managerDone chan struct{}
 )
 
 func TestControllers(t *testing.T) {
@@ -70,7 +74,22 @@ var _ = BeforeSuite(func() {
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	Expect(os.WriteFile(kubeconfig, config, 0o600)).To(Succeed())
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	// The operator runs with only the ClusterRole its RBAC markers generate,
+	// so every test also shows the role is enough.
+	roleYAML, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "role.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	role := &rbacv1.ClusterRole{}
+	Expect(yaml.Unmarshal(roleYAML, role)).To(Succeed())
+	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
+	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "stepwise-operator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "stepwise-operator"}},
+	})).To(Succeed())
+	operator, err := testEnv.AddUser(envtest.User{Name: "stepwise-operator"}, nil)
+	Expect(err).NotTo(HaveOccurred())
+
+	mgr, err := ctrl.NewManager(operator.Config(), ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  controller.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -82,8 +101,10 @@ var _ = BeforeSuite(func() {
 		WorkerImage:         stockWorkerImage,
 		WorkerEngineVersion: stockEngineVersion,
 	})).To(Succeed())
+	managerDone = make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
+		defer close(managerDone)
 		Expect(mgr.Start(suiteCtx)).To(Succeed())
 	}()
 
@@ -94,8 +115,13 @@ var _ = BeforeSuite(func() {
 
 var _ = AfterSuite(func() {
 	cancel()
+	if managerDone != nil {
+		<-managerDone // its watches end before the API server stops
+	}
 	if testEnv != nil {
+		start := time.Now()
 		Expect(testEnv.Stop()).To(Succeed())
+		GinkgoWriter.Printf("the API server and etcd stopped in %s\n", time.Since(start))
 	}
 })
 

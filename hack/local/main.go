@@ -1,0 +1,222 @@
+// Command local runs the operator on one machine with nothing installed: it
+// starts a Kubernetes API server and etcd from the binaries the Makefile
+// builds, runs the operator against them, applies the samples with kubectl,
+// prints what the operator made of them, and stops everything it started.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/controller"
+)
+
+func main() {
+	var opts options
+	flag.StringVar(&opts.assets, "assets", "", "Directory with kube-apiserver, etcd and kubectl.")
+	flag.StringVar(&opts.manager, "manager", "bin/manager", "The operator binary.")
+	flag.StringVar(&opts.samples, "samples", "config/samples", "Directory of manifests to apply.")
+	flag.StringVar(&opts.crds, "crds", "config/crd/bases", "Directory of the CRDs.")
+	flag.StringVar(&opts.engine, "engine", "127.0.0.1:7233", "Default engine address the operator renders into worker configurations.")
+	flag.DurationVar(&opts.timeout, "timeout", 2*time.Minute, "How long to wait for the samples to become Ready.")
+	flag.BoolVar(&opts.wait, "wait", false, "Keep everything running until interrupted, to explore with kubectl.")
+	flag.Parse()
+	if err := run(opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "local run failed:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	assets, manager, samples, crds, engine string
+	timeout                                time.Duration
+	wait                                   bool
+}
+
+func run(opts options, out io.Writer) (err error) {
+	if opts.assets == "" {
+		return errors.New("--assets is required: run through make run, which builds the binaries")
+	}
+	workDir, err := os.MkdirTemp("", "stepwise-local-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(workDir) }()
+
+	step(out, "starting a Kubernetes API server and etcd")
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: opts.assets,
+		CRDDirectoryPaths:     []string{opts.crds},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("starting the API server: %w", err)
+	}
+	defer func() {
+		step(out, "stopping the API server and etcd")
+		err = errors.Join(err, env.Stop())
+	}()
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kubeconfigData, err := admin.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(workDir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kubeconfigData, 0o600); err != nil {
+		return err
+	}
+
+	step(out, "starting the operator (its log: %s)", filepath.Join(workDir, "manager.log"))
+	stopManager, err := startManager(opts, kubeconfig, filepath.Join(workDir, "manager.log"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step(out, "stopping the operator")
+		err = errors.Join(err, stopManager())
+	}()
+
+	kubectl := func(args ...string) error {
+		cmd := exec.Command(filepath.Join(opts.assets, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdout, cmd.Stderr = out, out
+		return cmd.Run()
+	}
+	step(out, "kubectl apply -f %s", opts.samples)
+	if err := kubectl("apply", "-f", opts.samples); err != nil {
+		return err
+	}
+
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	step(out, "waiting for the Agents to become Ready")
+	agents, err := waitForAgents(c, opts.timeout)
+	if err != nil {
+		return err
+	}
+
+	step(out, "kubectl get stepwise")
+	if err := kubectl("get", "stepwise", "--all-namespaces"); err != nil {
+		return err
+	}
+	step(out, "the objects the operator created")
+	if err := kubectl("get", "deployments,configmaps,serviceaccounts", "--all-namespaces",
+		"-l", "app.kubernetes.io/managed-by=stepwise-operator"); err != nil {
+		return err
+	}
+	step(out, "the Agents' status")
+	for _, a := range agents {
+		printAgentStatus(out, &a)
+	}
+
+	if opts.wait {
+		step(out, "running until interrupted; try: %s --kubeconfig %s get stepwise -A", filepath.Join(opts.assets, "kubectl"), kubeconfig)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// startManager runs the operator binary against the local API server and
+// returns a function that stops it.
+func startManager(opts options, kubeconfig, logPath string) (func() error, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(opts.manager,
+		"--kubeconfig", kubeconfig,
+		"--default-engine-address", opts.engine,
+		"--metrics-bind-address", "0",
+		"--health-probe-bind-address", "0",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", opts.manager, err)
+	}
+	return func() error {
+		defer func() { _ = logFile.Close() }()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+			return nil
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			return errors.New("the operator did not stop within 15s of SIGTERM")
+		}
+	}, nil
+}
+
+// waitForAgents waits until every Agent has Ready=True for its generation.
+func waitForAgents(c client.Client, timeout time.Duration) ([]agentsv1.Agent, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var list agentsv1.AgentList
+		if err := c.List(context.Background(), &list); err != nil {
+			return nil, err
+		}
+		var waiting []string
+		for _, a := range list.Items {
+			ready := meta.FindStatusCondition(a.Status.Conditions, agentsv1.ConditionReady)
+			if ready == nil || ready.Status != "True" || ready.ObservedGeneration != a.Generation {
+				why := "not reconciled yet"
+				if ready != nil {
+					why = ready.Reason + ": " + ready.Message
+				}
+				waiting = append(waiting, a.Name+" ("+why+")")
+			}
+		}
+		if len(list.Items) > 0 && len(waiting) == 0 {
+			return list.Items, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("agents not Ready after %s: %s", timeout, strings.Join(waiting, "; "))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func printAgentStatus(out io.Writer, a *agentsv1.Agent) {
+	fmt.Fprintf(out, "Agent %s/%s (Flow type %s)\n", a.Namespace, a.Name, a.Spec.FlowType)
+	for _, c := range a.Status.Conditions {
+		fmt.Fprintf(out, "  %-17s %-5s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	fmt.Fprintf(out, "  task queue        %s\n", a.Status.TaskQueue)
+	fmt.Fprintf(out, "  config digest     %s\n", a.Status.ConfigDigest)
+	if g := a.Status.SessionFlowGraph; g != nil {
+		fmt.Fprintf(out, "  Flow graph        ConfigMap %s, %s\n", g.ConfigMapName, g.Digest)
+	}
+	fmt.Fprintf(out, "  workers           %d ready of %d; selector %s\n", a.Status.ReadyReplicas, *a.Spec.Workers.Replicas, a.Status.Selector)
+}
+
+func step(out io.Writer, format string, args ...any) {
+	fmt.Fprintf(out, "\n==> "+format+"\n", args...)
+}
