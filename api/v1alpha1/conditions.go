@@ -50,6 +50,10 @@ const (
 	// ReasonInvalidSpec: the spec passed the API server's checks but cannot be
 	// rendered, such as a worker configuration too large for a ConfigMap.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonOwnedObjectConflict: an object the Agent would own, such as its
+	// worker Deployment, exists and belongs to something else; the operator
+	// never takes it over.
+	ReasonOwnedObjectConflict = "OwnedObjectConflict"
 	// ReasonReconcileFailed: reading or writing an object on the API server
 	// failed; the controller retries.
 	ReasonReconcileFailed = "ReconcileFailed"

@@ -166,8 +166,8 @@ func startManager(opts options, kubeconfig, logPath string) (func() error, error
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
-			return nil
+		case err := <-done:
+			return err
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
 			return errors.New("the operator did not stop within 15s of SIGTERM")

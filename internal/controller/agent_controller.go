@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +32,9 @@ type AgentReconciler struct {
 	APIReader client.Reader
 	// Defaults are the operator-wide settings.
 	Defaults render.Defaults
+	// RecheckInterval is how soon an Agent blocked by an object the
+	// operator does not watch is checked again.
+	RecheckInterval time.Duration
 }
 
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
@@ -71,6 +76,10 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 	if observeErr := r.observeWorkers(ctx, agent, &pass); observeErr != nil {
 		return ctrl.Result{}, errors.Join(pass.err, observeErr)
 	}
+	if pass.blocker != nil && pass.blocker.Reason == agentsv1.ReasonOwnedObjectConflict {
+		// No event tells when the object in the way goes away.
+		return ctrl.Result{RequeueAfter: r.RecheckInterval}, nil
+	}
 	return ctrl.Result{}, pass.err
 }
 
@@ -98,6 +107,9 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 		return err
 	}
 
+	if err := r.checkOwnership(ctx, agent, worker); err != nil {
+		return err
+	}
 	// The ServiceAccount and the configuration exist before the Deployment
 	// that uses them.
 	if worker.ServiceAccount != nil {
@@ -111,10 +123,53 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if err := r.apply(ctx, worker.Deployment); err != nil {
 		return err
 	}
-	if err := r.publishGraph(ctx, agent, graph); err != nil {
+	// Status reports what the API server answered, not what the cache may
+	// not have seen yet.
+	deployment, err := render.Convert[appsv1.Deployment](worker.Deployment)
+	if err != nil {
+		return err
+	}
+	pass.deployment = deployment
+	if pass.graph, err = r.publishGraph(ctx, agent, graph); err != nil {
 		return err
 	}
 	pass.applied = true
+	return nil
+}
+
+// checkOwnership refuses to apply over an object of the same name that the
+// Agent does not control, such as a team's own Deployment: server-side apply
+// with force would otherwise take it over.
+func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Agent, worker *render.WorkerObjects) error {
+	type owned struct {
+		kind string
+		obj  client.Object
+	}
+	objects := []owned{
+		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.ConfigMapName(agent.Name)}}},
+		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.GraphConfigMapName(agent.Name)}}},
+		{"Deployment", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}}},
+	}
+	if worker.ServiceAccount != nil {
+		objects = append(objects, owned{"ServiceAccount", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}}})
+	}
+	for _, o := range objects {
+		key := client.ObjectKey{Namespace: agent.Namespace, Name: o.obj.GetName()}
+		err := r.Get(ctx, key, o.obj)
+		if apierrors.IsNotFound(err) {
+			// The cache holds only the objects the operator labels.
+			err = r.APIReader.Get(ctx, key, o.obj)
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("reading %s %s: %w", o.kind, key.Name, err)
+		case !isControlledBy(o.obj, agent):
+			return &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
+				"%s %q exists and is not owned by this Agent; the operator will not take it over: rename or delete it", o.kind, key.Name)}
+		}
+	}
 	return nil
 }
 
@@ -199,37 +254,45 @@ func (r *AgentReconciler) holdsClaim(ctx context.Context, agent *agentsv1.Agent,
 	return cm.Labels[render.LabelFlowClaim] == claim && isControlledBy(cm, agent), nil
 }
 
-// publishGraph writes the Flow graph ConfigMap only when the graph changed.
-func (r *AgentReconciler) publishGraph(ctx context.Context, agent *agentsv1.Agent, graph *render.PublishedGraph) error {
+// publishGraph writes the Flow graph ConfigMap only when the graph changed,
+// and returns it as published.
+func (r *AgentReconciler) publishGraph(ctx context.Context, agent *agentsv1.Agent, graph *render.PublishedGraph) (*corev1.ConfigMap, error) {
 	current := &corev1.ConfigMap{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}, current)
 	switch {
 	case err == nil && current.Annotations[render.AnnotationGraphDigest] == graph.Digest && isControlledBy(current, agent):
-		return nil
+		return current, nil
 	case err != nil && !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading the session Flow graph ConfigMap: %w", err)
+		return nil, fmt.Errorf("reading the session Flow graph ConfigMap: %w", err)
 	}
-	return r.apply(ctx, graph.ConfigMap)
+	if err := r.apply(ctx, graph.ConfigMap); err != nil {
+		return nil, err
+	}
+	return render.Convert[corev1.ConfigMap](graph.ConfigMap)
 }
 
-// observeWorkers reads the worker Deployment, the graph ConfigMap and the
-// Deployment's ReplicaSets for status.
+// observeWorkers reads, for status, the worker Deployment and the graph
+// ConfigMap that this pass did not apply, and the Deployment's ReplicaSets.
 func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Agent, pass *agentPass) error {
-	deployment := &appsv1.Deployment{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.WorkerName(agent.Name)}, deployment)
-	switch {
-	case err == nil && isControlledBy(deployment, agent):
-		pass.deployment = deployment
-	case err != nil && !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading the worker Deployment: %w", err)
+	if pass.deployment == nil {
+		deployment := &appsv1.Deployment{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.WorkerName(agent.Name)}, deployment)
+		switch {
+		case err == nil && isControlledBy(deployment, agent):
+			pass.deployment = deployment
+		case err != nil && !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading the worker Deployment: %w", err)
+		}
 	}
-	graph := &corev1.ConfigMap{}
-	err = r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}, graph)
-	switch {
-	case err == nil && isControlledBy(graph, agent):
-		pass.graph = graph
-	case err != nil && !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading the session Flow graph ConfigMap: %w", err)
+	if pass.graph == nil {
+		graph := &corev1.ConfigMap{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}, graph)
+		switch {
+		case err == nil && isControlledBy(graph, agent):
+			pass.graph = graph
+		case err != nil && !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading the session Flow graph ConfigMap: %w", err)
+		}
 	}
 	if pass.deployment == nil {
 		return nil

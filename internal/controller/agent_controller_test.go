@@ -389,3 +389,29 @@ func dumpNamespace(ns string) string {
 	Expect(err).NotTo(HaveOccurred(), out)
 	return out
 }
+
+var _ = Describe("Agent reconciler and objects it does not own", func() {
+	It("never takes over an object of the same name that belongs to something else", func() {
+		ns := newNamespace()
+		foreign := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: render.ConfigMapName("billing")},
+			Data:       map[string]string{"team": "data"},
+		}
+		create(foreign)
+		agent := agentFixture(ns, "billing")
+		create(agent)
+		Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+			haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonOwnedObjectConflict),
+			HaveField("Message", ContainSubstring(`ConfigMap "billing-worker-config" exists and is not owned by this Agent`))))
+		Consistently(func(g Gomega) {
+			current := &corev1.ConfigMap{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(foreign), current)).To(Succeed())
+			g.Expect(current.Data).To(Equal(foreign.Data))
+			g.Expect(current.OwnerReferences).To(BeEmpty())
+		}).Should(Succeed())
+
+		By("applying once the object is gone, without any change to the Agent")
+		Expect(k8sClient.Delete(suiteCtx, foreign)).To(Succeed())
+		expectReady(agent)
+	})
+})

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -42,13 +43,27 @@ func CacheOptions() cache.Options {
 	}}
 }
 
+// Options configure the controllers.
+type Options struct {
+	// Defaults are the operator-wide settings Agents fall back to.
+	Defaults render.Defaults
+	// RecheckInterval is how soon an Agent blocked by an object the operator
+	// cannot watch, such as someone else's ConfigMap in the way, is checked
+	// again. Zero means a minute.
+	RecheckInterval time.Duration
+}
+
 // Setup registers the field indexes and every reconciler with a manager.
-func Setup(ctx context.Context, mgr ctrl.Manager, defaults render.Defaults) error {
-	if err := SetupIndexes(ctx, mgr, defaults); err != nil {
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	if err := SetupIndexes(ctx, mgr, opts.Defaults); err != nil {
 		return err
 	}
+	if opts.RecheckInterval == 0 {
+		opts.RecheckInterval = time.Minute
+	}
 	reader := mgr.GetAPIReader()
-	if err := (&AgentReconciler{Client: mgr.GetClient(), APIReader: reader, Defaults: defaults}).SetupWithManager(mgr); err != nil {
+	agents := &AgentReconciler{Client: mgr.GetClient(), APIReader: reader, Defaults: opts.Defaults, RecheckInterval: opts.RecheckInterval}
+	if err := agents.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Agent controller: %w", err)
 	}
 	if err := (&ToolSourceReconciler{Client: mgr.GetClient(), APIReader: reader}).SetupWithManager(mgr); err != nil {

@@ -96,10 +96,13 @@ var _ = BeforeSuite(func() {
 		HealthProbeBindAddress: "0",
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(controller.Setup(suiteCtx, mgr, render.Defaults{
-		Engine:              &agentsv1.EngineSpec{Address: defaultEngineAddress, Namespace: "default"},
-		WorkerImage:         stockWorkerImage,
-		WorkerEngineVersion: stockEngineVersion,
+	Expect(controller.Setup(suiteCtx, mgr, controller.Options{
+		Defaults: render.Defaults{
+			Engine:              &agentsv1.EngineSpec{Address: defaultEngineAddress, Namespace: "default"},
+			WorkerImage:         stockWorkerImage,
+			WorkerEngineVersion: stockEngineVersion,
+		},
+		RecheckInterval: time.Second,
 	})).To(Succeed())
 	managerDone = make(chan struct{})
 	go func() {

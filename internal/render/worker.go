@@ -477,6 +477,8 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 
 	pod := corev1ac.PodSpec().
 		WithServiceAccountName(serviceAccount).
+		// Workers never call the Kubernetes API.
+		WithAutomountServiceAccountToken(false).
 		WithTerminationGracePeriodSeconds(terminationGracePeriodSeconds).
 		WithSecurityContext(corev1ac.PodSecurityContext().
 			WithRunAsNonRoot(true).
@@ -543,16 +545,27 @@ func durationOr(d *metav1.Duration, fallback time.Duration) metav1.Duration {
 	return *d
 }
 
-// applyConfig converts a typed API value into its apply configuration. The
-// two share one JSON form, so a round trip through JSON is exact.
-func applyConfig[T any](typed any) *T {
-	data, err := json.Marshal(typed)
+// Convert turns a typed API value into its apply configuration, or an
+// apply configuration that the client filled with the API server's answer
+// into its typed value. The two share one JSON form, so the round trip
+// through JSON is exact.
+func Convert[T any](from any) (*T, error) {
+	data, err := json.Marshal(from)
 	if err != nil {
-		panic(fmt.Sprintf("encoding %T: %v", typed, err)) // typed API values always encode
+		return nil, fmt.Errorf("encoding %T: %w", from, err)
 	}
 	out := new(T)
 	if err := json.Unmarshal(data, out); err != nil {
-		panic(fmt.Sprintf("decoding %T: %v", out, err)) // the apply configuration mirrors the typed value
+		return nil, fmt.Errorf("decoding %T: %w", out, err)
+	}
+	return out, nil
+}
+
+// applyConfig converts a typed value the builders hold; that cannot fail.
+func applyConfig[T any](typed any) *T {
+	out, err := Convert[T](typed)
+	if err != nil {
+		panic(err)
 	}
 	return out
 }
