@@ -324,6 +324,7 @@ type EngineSpec struct {
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:Pattern=`^[^\s/]+:[0-9]{1,5}$`
+	// +kubebuilder:validation:XValidation:rule="int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535",message="address must end in a port from 1 to 65535"
 	Address string `json:"address"`
 
 	// Namespace is the Temporal namespace of the sessions.
@@ -373,9 +374,11 @@ type WorkersSpec struct {
 	// EngineVersion is the version of the session engine the image carries.
 	// The operator plans rollouts and gates session features by it. Set with
 	// image; unset, the stock image's version is used.
+	// Pre-release versions are allowed; build metadata (+...) is not,
+	// because the version labels the worker pods.
 	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z]([0-9A-Za-z-]*[0-9A-Za-z])?(\.[0-9A-Za-z]([0-9A-Za-z-]*[0-9A-Za-z])?)*)?$`
 	EngineVersion string `json:"engineVersion,omitempty"`
 
 	// Replicas is the desired number of worker pods. The Agent's scale
@@ -395,8 +398,10 @@ type WorkersSpec struct {
 	// +kubebuilder:validation:Maximum=10000
 	TaskSlots int32 `json:"taskSlots,omitempty"`
 
-	// Resources of the worker container.
+	// Resources of the worker container. Dynamic resource claims are not
+	// supported.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.claims) || size(self.claims) == 0",message="resources.claims is not supported for workers"
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// NodeSelector constrains worker pods to nodes with these labels.
@@ -412,6 +417,7 @@ type WorkersSpec struct {
 	// one bound to a cloud identity. Unset, the operator creates one.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
 	// ImagePullSecrets for the worker image.
@@ -460,8 +466,9 @@ type PublishedFlowGraph struct {
 
 // AgentStatus reports what the operator applied and what is running.
 type AgentStatus struct {
-	// ObservedGeneration is the generation the controller last reconciled
-	// successfully.
+	// ObservedGeneration is the generation of the last pass that reached a
+	// verdict: applied, or blocked for the reason Ready gives. A pass that
+	// failed to read or write leaves it alone.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 

@@ -33,6 +33,7 @@ type S3MediaStore struct {
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.matches(r'^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+$')",message="bucket must be a valid S3 bucket name: no '..' and not an IP address"
 	Bucket string `json:"bucket"`
 
 	// Prefix is the key prefix of every image, without a leading or trailing
@@ -81,11 +82,13 @@ type LocalDirectoryMediaStore struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/.*[^/]$`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('//') && !self.contains('/./') && !self.endsWith('/.') && !self.contains('/../') && !self.endsWith('/..')",message="root must be a clean absolute path, without empty, '.' or '..' segments"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['/tmp', '/etc/stepwise/worker', '/etc/stepwise/engine-tls'])",message="root may not be /tmp, /etc/stepwise/worker or /etc/stepwise/engine-tls: worker pods mount their own volumes there"
 	// +kubebuilder:validation:XValidation:rule="79 + size(self) + 2 * size(self.findAll('[^A-Za-z0-9._~/-]')) + 3 * size(self.findAll(r'[\\x{80}-\\x{10FFFF}]')) + 3 * size(self.findAll(r'[\\x{800}-\\x{10FFFF}]')) + 3 * size(self.findAll(r'[\\x{10000}-\\x{10FFFF}]')) <= 1024",message="root makes image URIs (file://<percent-encoded root>/sha256/<64 hex digits>) longer than 1024 bytes"
 	Root string `json:"root"`
 
 	// PersistentVolumeClaimName mounts this PersistentVolumeClaim at root in
-	// every worker pod. Unset, root must exist in the worker's file system.
+	// every worker pod. Unset, worker pods mount root from their node
+	// (hostPath), which suits single-node clusters only.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	PersistentVolumeClaimName string `json:"persistentVolumeClaimName,omitempty"`
@@ -93,8 +96,9 @@ type LocalDirectoryMediaStore struct {
 
 // MediaStoreStatus reports the MediaStore's state.
 type MediaStoreStatus struct {
-	// ObservedGeneration is the generation the controller last reconciled
-	// successfully.
+	// ObservedGeneration is the generation of the last pass that reached a
+	// verdict: applied, or blocked for the reason Ready gives. A pass that
+	// failed to read or write leaves it alone.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -114,6 +118,7 @@ type MediaStoreStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=mst,categories=stepwise
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it labels the worker Deployments that use the store"
 // +kubebuilder:printcolumn:name="Store URI",type=string,JSONPath=`.status.storeURI`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="In Use",type=string,JSONPath=`.status.conditions[?(@.type=="InUse")].status`

@@ -17,6 +17,7 @@ type ToolSourceSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sourceName is immutable: stored tool calls reach their source by this name"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('__') && !self.startsWith('_') && !self.endsWith('_')",message="sourceName may not contain '__' or start or end with '_': tool names join it to the tool's name with '__'"
 	SourceName string `json:"sourceName,omitempty"`
 
 	// MCP is the MCP server that lists and runs the tools.
@@ -115,6 +116,7 @@ type MCPStreamableHTTP struct {
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(h, self.filter(o, o.name.lowerAscii() == h.name.lowerAscii()).size() == 1)",message="header names must be unique regardless of case"
 	Headers []HTTPHeader `json:"headers,omitempty"`
 }
 
@@ -163,8 +165,9 @@ type HTTPHeader struct {
 
 // ToolSourceStatus reports the ToolSource's state.
 type ToolSourceStatus struct {
-	// ObservedGeneration is the generation the controller last reconciled
-	// successfully.
+	// ObservedGeneration is the generation of the last pass that reached a
+	// verdict: applied, or blocked for the reason Ready gives. A pass that
+	// failed to read or write leaves it alone.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 

@@ -3,9 +3,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -30,6 +32,9 @@ func run() error {
 		metricsAddr, probeAddr         string
 		leaderElect                    bool
 		engineAddress, engineNamespace string
+		engineTLS                      bool
+		engineTLSSecret, engineServer  string
+		engineAPIKey                   string
 		workerImage                    string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
@@ -38,6 +43,12 @@ func run() error {
 	flag.StringVar(&engineAddress, "default-engine-address", "",
 		"host:port of the Temporal frontend for Agents without spec.engine; empty means such Agents are not applied.")
 	flag.StringVar(&engineNamespace, "default-engine-namespace", "default", "Temporal namespace for Agents without spec.engine.")
+	flag.BoolVar(&engineTLS, "default-engine-tls", false, "Use TLS to the default engine.")
+	flag.StringVar(&engineTLSSecret, "default-engine-tls-secret", "",
+		"Secret, in each Agent's namespace, with ca.crt and/or tls.crt and tls.key for the default engine; implies --default-engine-tls.")
+	flag.StringVar(&engineServer, "default-engine-tls-server-name", "", "Name the default engine's certificate is checked against.")
+	flag.StringVar(&engineAPIKey, "default-engine-api-key-secret", "",
+		"NAME/KEY of a Secret, in each Agent's namespace, holding an API key for the default engine; needs TLS.")
 	flag.StringVar(&workerImage, "worker-image", "ghcr.io/stepwise-run/agent-worker:"+version.Operator,
 		"The stock worker image, for Agents without spec.workers.image.")
 	opts := zap.Options{}
@@ -47,7 +58,11 @@ func run() error {
 
 	defaults := render.Defaults{WorkerImage: workerImage, WorkerEngineVersion: version.EngineVersion}
 	if engineAddress != "" {
-		defaults.Engine = &agentsv1.EngineSpec{Address: engineAddress, Namespace: engineNamespace}
+		engine, err := defaultEngine(engineAddress, engineNamespace, engineTLS, engineTLSSecret, engineServer, engineAPIKey)
+		if err != nil {
+			return err
+		}
+		defaults.Engine = engine
 	}
 
 	scheme, err := controller.NewScheme()
@@ -82,4 +97,27 @@ func run() error {
 	ctrl.Log.WithName("setup").Info("starting the operator", "version", version.Operator, "engineVersion", version.EngineVersion,
 		"defaultEngine", engineAddress)
 	return mgr.Start(ctx)
+}
+
+// defaultEngine builds the engine of Agents without spec.engine from the
+// flags, with the same rules the API applies to spec.engine.
+func defaultEngine(address, namespace string, useTLS bool, tlsSecret, serverName, apiKey string) (*agentsv1.EngineSpec, error) {
+	engine := &agentsv1.EngineSpec{Address: address, Namespace: namespace}
+	if useTLS || tlsSecret != "" || serverName != "" {
+		engine.TLS = &agentsv1.EngineTLS{ServerName: serverName}
+		if tlsSecret != "" {
+			engine.TLS.SecretRef = &agentsv1.SecretReference{Name: tlsSecret}
+		}
+	}
+	if apiKey != "" {
+		name, key, ok := strings.Cut(apiKey, "/")
+		if !ok || name == "" || key == "" {
+			return nil, fmt.Errorf("--default-engine-api-key-secret is %q; want NAME/KEY", apiKey)
+		}
+		if engine.TLS == nil {
+			return nil, errors.New("--default-engine-api-key-secret needs --default-engine-tls: the API key must not travel in clear text")
+		}
+		engine.APIKeySecretRef = &agentsv1.SecretKeyReference{Name: name, Key: key}
+	}
+	return engine, nil
 }

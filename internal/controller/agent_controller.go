@@ -11,24 +11,22 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/session"
 )
 
 // AgentReconciler turns each Agent into its worker ConfigMap, ServiceAccount
 // and Deployment, publishes its session Flow graph, and reports status.
 type AgentReconciler struct {
 	client.Client
-	// APIReader reads Secrets straight from the API server, so the
-	// operator never caches every Secret of the cluster.
+	// APIReader reads Secrets, and objects the cache does not hold, straight
+	// from the API server, so the operator never caches every Secret of the
+	// cluster.
 	APIReader client.Reader
 	// Defaults are the operator-wide settings.
 	Defaults render.Defaults
@@ -39,9 +37,12 @@ type AgentReconciler struct {
 
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents/finalizers,verbs=update
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=toolsources;mediastores,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
@@ -65,20 +66,30 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 		}
 	}()
 
-	pass.err = r.reconcileNormal(ctx, agent, &pass)
-	if pass.err != nil {
-		var blocker *render.Blocker
-		if errors.As(pass.err, &blocker) {
-			pass.blocker, pass.err = blocker, nil
-			log.FromContext(ctx).Info("Agent not applied", "reason", blocker.Reason, "message", blocker.Message)
+	if err := r.reconcileNormal(ctx, agent, &pass); err != nil {
+		if !errors.As(err, &pass.blocker) {
+			pass.err = err
 		}
 	}
-	if observeErr := r.observeWorkers(ctx, agent, &pass); observeErr != nil {
-		return ctrl.Result{}, errors.Join(pass.err, observeErr)
+	if pass.blocker != nil {
+		log.FromContext(ctx).Info("Agent not applied", "reason", pass.blocker.Reason, "message", pass.blocker.Message)
 	}
-	if pass.blocker != nil && pass.blocker.Reason == agentsv1.ReasonOwnedObjectConflict {
-		// No event tells when the object in the way goes away.
-		return ctrl.Result{RequeueAfter: r.RecheckInterval}, nil
+	if err := r.observeWorkers(ctx, agent, &pass); err != nil {
+		return ctrl.Result{}, errors.Join(pass.err, err)
+	}
+	if pass.applied {
+		if err := r.pruneConfigMaps(ctx, agent, &pass); err != nil {
+			pass.err = err
+		}
+	}
+	if pass.blocker != nil {
+		if err := r.keepScale(ctx, agent, &pass); err != nil {
+			pass.err = err
+		}
+		if pass.blocker.Reason == agentsv1.ReasonOwnedObjectConflict {
+			// No event tells when the object in the way goes away.
+			return ctrl.Result{RequeueAfter: r.RecheckInterval}, pass.err
+		}
 	}
 	return ctrl.Result{}, pass.err
 }
@@ -95,7 +106,9 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if blocker != nil {
 		return blocker
 	}
-	if err := r.checkFlowClaim(ctx, agent, resolved.Engine); err != nil {
+	claim := render.FlowClaim(resolved.Engine, agent.Spec.FlowType)
+	if err := r.checkFlowClaim(ctx, agent, resolved.Engine, claim); err != nil {
+		pass.lostClaim = claim
 		return err
 	}
 	worker, err := render.Worker(resolved)
@@ -106,12 +119,14 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if err != nil {
 		return err
 	}
-
 	if err := r.checkOwnership(ctx, agent, worker); err != nil {
 		return err
 	}
+
 	// The ServiceAccount and the configuration exist before the Deployment
-	// that uses them.
+	// that uses them. The configuration ConfigMap is new for each digest, so
+	// writing it changes nothing for running workers until the Deployment
+	// names it.
 	if worker.ServiceAccount != nil {
 		if err := r.apply(ctx, worker.ServiceAccount); err != nil {
 			return err
@@ -125,11 +140,9 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	}
 	// Status reports what the API server answered, not what the cache may
 	// not have seen yet.
-	deployment, err := render.Convert[appsv1.Deployment](worker.Deployment)
-	if err != nil {
+	if pass.deployment, err = render.Convert[appsv1.Deployment](worker.Deployment); err != nil {
 		return err
 	}
-	pass.deployment = deployment
 	if pass.graph, err = r.publishGraph(ctx, agent, graph); err != nil {
 		return err
 	}
@@ -137,47 +150,11 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	return nil
 }
 
-// checkOwnership refuses to apply over an object of the same name that the
-// Agent does not control, such as a team's own Deployment: server-side apply
-// with force would otherwise take it over.
-func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Agent, worker *render.WorkerObjects) error {
-	type owned struct {
-		kind string
-		obj  client.Object
-	}
-	objects := []owned{
-		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.ConfigMapName(agent.Name)}}},
-		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.GraphConfigMapName(agent.Name)}}},
-		{"Deployment", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}}},
-	}
-	if worker.ServiceAccount != nil {
-		objects = append(objects, owned{"ServiceAccount", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}}})
-	}
-	for _, o := range objects {
-		key := client.ObjectKey{Namespace: agent.Namespace, Name: o.obj.GetName()}
-		err := r.Get(ctx, key, o.obj)
-		if apierrors.IsNotFound(err) {
-			// The cache holds only the objects the operator labels.
-			err = r.APIReader.Get(ctx, key, o.obj)
-		}
-		switch {
-		case apierrors.IsNotFound(err):
-			continue
-		case err != nil:
-			return fmt.Errorf("reading %s %s: %w", o.kind, key.Name, err)
-		case !isControlledBy(o.obj, agent):
-			return &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
-				"%s %q exists and is not owned by this Agent; the operator will not take it over: rename or delete it", o.kind, key.Name)}
-		}
-	}
-	return nil
-}
-
 // observeReferences reads the ToolSources, MediaStore and Secrets the Agent
 // references. Missing objects are left out; Resolve says what that means.
 func (r *AgentReconciler) observeReferences(ctx context.Context, agent *agentsv1.Agent) (render.Observed, error) {
 	observed := render.Observed{ToolSources: map[string]*agentsv1.ToolSource{}}
-	names := secretNames(render.AgentSecretUses(agent))
+	names := secretNames(agentSecretUses(agent, r.Defaults))
 	for _, ref := range agent.Spec.ToolSources {
 		ts := &agentsv1.ToolSource{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: ref.Name}, ts); err != nil {
@@ -208,59 +185,51 @@ func (r *AgentReconciler) observeReferences(ctx context.Context, agent *agentsv1
 	return observed, nil
 }
 
-// checkFlowClaim refuses an Agent when another Agent runs, or is older and
-// claims, the same Flow type on the same engine namespace.
-func (r *AgentReconciler) checkFlowClaim(ctx context.Context, agent *agentsv1.Agent, engine agentsv1.EngineSpec) error {
-	claim := render.FlowClaim(engine, agent.Spec.FlowType)
-	var rivals agentsv1.AgentList
-	if err := r.List(ctx, &rivals, client.MatchingFields{indexAgentFlowClaim: claim}); err != nil {
-		return fmt.Errorf("listing Agents that claim Flow type %s: %w", agent.Spec.FlowType, err)
+// checkOwnership refuses to apply over an object of the same name that the
+// Agent does not control, such as a team's own Deployment: server-side apply
+// with force would otherwise take it over.
+func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Agent, worker *render.WorkerObjects) error {
+	type owned struct {
+		kind string
+		obj  client.Object
 	}
-	if len(rivals.Items) <= 1 {
-		return nil
+	objects := []owned{
+		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: *worker.ConfigMap.Name}}},
+		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.GraphConfigMapName(agent.Name)}}},
+		{"Deployment", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}}},
 	}
-	claimants := make([]claimant, 0, len(rivals.Items))
-	for i := range rivals.Items {
-		rival := &rivals.Items[i]
-		if rival.UID != agent.UID && !rival.DeletionTimestamp.IsZero() {
+	if worker.ServiceAccount != nil {
+		objects = append(objects, owned{"ServiceAccount", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: *worker.ServiceAccount.Name}}})
+	}
+	for _, o := range objects {
+		key := client.ObjectKey{Namespace: agent.Namespace, Name: o.obj.GetName()}
+		err := r.Get(ctx, key, o.obj)
+		if apierrors.IsNotFound(err) {
+			// The cache holds only the objects the operator labels.
+			err = r.APIReader.Get(ctx, key, o.obj)
+		}
+		switch {
+		case apierrors.IsNotFound(err):
 			continue
+		case err != nil:
+			return fmt.Errorf("reading %s %s: %w", o.kind, key.Name, err)
+		case !isControlledBy(o.obj, agent):
+			return &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
+				"%s %q exists and is not owned by this Agent; the operator will not take it over: rename or delete it", o.kind, key.Name)}
 		}
-		holds, err := r.holdsClaim(ctx, rival, claim)
-		if err != nil {
-			return err
-		}
-		claimants = append(claimants, claimant{key: client.ObjectKeyFromObject(rival), created: rival.CreationTimestamp, holds: holds})
 	}
-	winner := electClaimant(claimants)
-	if winner.key == client.ObjectKeyFromObject(agent) {
-		return nil
-	}
-	return &render.Blocker{Reason: agentsv1.ReasonFlowTypeConflict, Message: fmt.Sprintf(
-		"Agent %s already claims Flow type %q on engine %s namespace %q; the first claimant keeps its workers",
-		winner.key, agent.Spec.FlowType, engine.Address, engine.Namespace)}
+	return nil
 }
 
-// holdsClaim reports whether an Agent's applied worker configuration carries
-// a claim.
-func (r *AgentReconciler) holdsClaim(ctx context.Context, agent *agentsv1.Agent, claim string) (bool, error) {
-	cm := &corev1.ConfigMap{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.ConfigMapName(agent.Name)}, cm)
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("reading the worker ConfigMap of Agent %s: %w", agent.Name, err)
-	}
-	return cm.Labels[render.LabelFlowClaim] == claim && isControlledBy(cm, agent), nil
-}
-
-// publishGraph writes the Flow graph ConfigMap only when the graph changed,
-// and returns it as published.
+// publishGraph writes the Flow graph ConfigMap only when the published
+// document differs from the graph, and returns it as published.
 func (r *AgentReconciler) publishGraph(ctx context.Context, agent *agentsv1.Agent, graph *render.PublishedGraph) (*corev1.ConfigMap, error) {
 	current := &corev1.ConfigMap{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}, current)
 	switch {
-	case err == nil && current.Annotations[render.AnnotationGraphDigest] == graph.Digest && isControlledBy(current, agent):
+	case err == nil && isControlledBy(current, agent) &&
+		current.Annotations[render.AnnotationGraphDigest] == graph.Digest &&
+		session.Digest([]byte(current.Data[render.GraphFileName])) == graph.Digest:
 		return current, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading the session Flow graph ConfigMap: %w", err)
@@ -309,126 +278,81 @@ func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Ag
 	return nil
 }
 
+// pruneConfigMaps deletes the Agent's worker configurations that neither the
+// Deployment nor any of its ReplicaSets names. A ReplicaSet keeps its
+// configuration, so its pods during a rollout and a rollback to it both
+// find theirs.
+func (r *AgentReconciler) pruneConfigMaps(ctx context.Context, agent *agentsv1.Agent, pass *agentPass) error {
+	var configs corev1.ConfigMapList
+	if err := r.List(ctx, &configs, client.InNamespace(agent.Namespace), client.MatchingLabels{
+		render.LabelAgent: agent.Name, render.LabelComponent: render.ComponentWorkerConfig,
+	}); err != nil {
+		return fmt.Errorf("listing worker configurations: %w", err)
+	}
+	inUse := map[string]bool{render.ConfigMapOf(&pass.deployment.Spec.Template): true}
+	for _, rs := range pass.replicaSets {
+		inUse[render.ConfigMapOf(&rs.Spec.Template)] = true
+	}
+	for i := range configs.Items {
+		cm := &configs.Items[i]
+		if inUse[cm.Name] || !isControlledBy(cm, agent) {
+			continue
+		}
+		err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting worker configuration %s that no ReplicaSet uses: %w", cm.Name, err)
+		}
+	}
+	return nil
+}
+
+// keepScale follows spec.workers.replicas on the existing Deployment while
+// the Agent is blocked, so an autoscaler or kubectl scale still works, and
+// scales to zero the workers of an Agent that lost a Flow type claim it was
+// running. Nothing else of a blocked Agent is applied.
+func (r *AgentReconciler) keepScale(ctx context.Context, agent *agentsv1.Agent, pass *agentPass) error {
+	d := pass.deployment
+	if d == nil {
+		return nil
+	}
+	want := int32(1)
+	if agent.Spec.Workers != nil && agent.Spec.Workers.Replicas != nil {
+		want = *agent.Spec.Workers.Replicas
+	}
+	if pass.lostClaim != "" && d.Labels[render.LabelFlowClaim] == pass.lostClaim {
+		want = 0
+	}
+	if d.Spec.Replicas != nil && *d.Spec.Replicas == want {
+		return nil
+	}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, want))
+	if err := r.SubResource("scale").Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(render.FieldOwner)); err != nil {
+		return fmt.Errorf("scaling the worker Deployment to %d: %w", want, err)
+	}
+	d.Spec.Replicas = &want
+	return nil
+}
+
 // applyConfiguration is an apply configuration the client can apply.
 type applyConfiguration interface {
 	IsApplyConfiguration()
 }
 
+// apply writes an owned object with server-side apply. The API server
+// refusing the object is a spec the schema could not catch: a blocker, not
+// something to retry.
 func (r *AgentReconciler) apply(ctx context.Context, obj applyConfiguration) error {
-	if err := r.Apply(ctx, obj, client.FieldOwner(render.FieldOwner), client.ForceOwnership); err != nil {
+	err := r.Apply(ctx, obj, client.FieldOwner(render.FieldOwner), client.ForceOwnership)
+	switch {
+	case apierrors.IsInvalid(err):
+		return &render.Blocker{Reason: agentsv1.ReasonInvalidSpec, Message: fmt.Sprintf("the API server refused the rendered %T: %v", obj, err)}
+	case err != nil:
 		return fmt.Errorf("applying %T: %w", obj, err)
 	}
 	return nil
 }
 
 func isControlledBy(obj, owner client.Object) bool {
-	for _, ref := range obj.GetOwnerReferences() {
-		if ref.Controller != nil && *ref.Controller && ref.UID == owner.GetUID() {
-			return true
-		}
-	}
-	return false
-}
-
-// SetupWithManager registers the reconciler and its watches.
-func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&agentsv1.Agent{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&appsv1.Deployment{}).
-		Watches(&appsv1.ReplicaSet{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject)).
-		Watches(&agentsv1.ToolSource{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentToolSource))).
-		Watches(&agentsv1.MediaStore{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentMediaStore))).
-		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencingSecret)).
-		Watches(&agentsv1.Agent{}, r.flowClaimRivals()).
-		Named("agent").
-		Complete(r)
-}
-
-// agentOfLabeledObject maps a worker ReplicaSet to its Agent.
-func agentOfLabeledObject(_ context.Context, obj client.Object) []reconcile.Request {
-	name, ok := obj.GetLabels()[render.LabelAgent]
-	if !ok {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
-}
-
-// agentsReferencing maps an object to the Agents in its namespace whose
-// index field names it.
-func (r *AgentReconciler) agentsReferencing(index string) handler.MapFunc {
-	return func(ctx context.Context, obj client.Object) []reconcile.Request {
-		return r.listAgents(ctx, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index: obj.GetName()})
-	}
-}
-
-// agentsReferencingSecret maps a Secret to every Agent that receives its
-// values: directly, or through a ToolSource or the MediaStore.
-func (r *AgentReconciler) agentsReferencingSecret(ctx context.Context, obj client.Object) []reconcile.Request {
-	ns, name := obj.GetNamespace(), obj.GetName()
-	requests := r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentSecret: name})
-	var toolSources agentsv1.ToolSourceList
-	if err := r.List(ctx, &toolSources, client.InNamespace(ns), client.MatchingFields{indexToolSourceSecret: name}); err != nil {
-		log.FromContext(ctx).Error(err, "listing ToolSources that reference a Secret", "secret", name)
-	}
-	for _, ts := range toolSources.Items {
-		requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentToolSource: ts.Name})...)
-	}
-	var mediaStores agentsv1.MediaStoreList
-	if err := r.List(ctx, &mediaStores, client.InNamespace(ns), client.MatchingFields{indexMediaStoreSecret: name}); err != nil {
-		log.FromContext(ctx).Error(err, "listing MediaStores that reference a Secret", "secret", name)
-	}
-	for _, ms := range mediaStores.Items {
-		requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentMediaStore: ms.Name})...)
-	}
-	return requests
-}
-
-func (r *AgentReconciler) listAgents(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
-	var agents agentsv1.AgentList
-	if err := r.List(ctx, &agents, opts...); err != nil {
-		log.FromContext(ctx).Error(err, "listing Agents to reconcile")
-		return nil
-	}
-	requests := make([]reconcile.Request, 0, len(agents.Items))
-	for _, a := range agents.Items {
-		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&a)})
-	}
-	return requests
-}
-
-// flowClaimRivals wakes the other Agents of a Flow type claim when one of
-// them changes or goes away, so a waiting Agent takes over a freed claim.
-// An update wakes the rivals of both the old and the new claim.
-func (r *AgentReconciler) flowClaimRivals() handler.EventHandler {
-	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
-		for _, obj := range objs {
-			agent, ok := obj.(*agentsv1.Agent)
-			if !ok {
-				continue
-			}
-			claim, ok := flowClaim(agent, r.Defaults)
-			if !ok {
-				continue
-			}
-			for _, req := range r.listAgents(ctx, client.MatchingFields{indexAgentFlowClaim: claim}) {
-				if req.NamespacedName != client.ObjectKeyFromObject(agent) {
-					q.Add(req)
-				}
-			}
-		}
-	}
-	return handler.Funcs{
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			// Status writes do not change a claim; waking rivals on them
-			// would only bounce reconciles between the rivals.
-			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
-				enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
-			}
-		},
-		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(ctx, q, e.Object)
-		},
-	}
+	ref := metav1.GetControllerOf(obj)
+	return ref != nil && ref.UID == owner.GetUID()
 }

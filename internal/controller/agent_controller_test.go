@@ -2,7 +2,7 @@ package controller_test
 
 import (
 	"encoding/json"
-	"strings"
+	"maps"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -31,11 +31,12 @@ var _ = Describe("Agent reconciler", func() {
 		create(secret, ts, ms, agent)
 		expectReady(ts, ms, agent)
 
+		deployment := workerDeployment(Default, agent)
 		owned := []client.Object{
-			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.ConfigMapName(agent.Name)}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.ConfigMapOf(&deployment.Spec.Template)}},
 			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.GraphConfigMapName(agent.Name)}},
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}},
-			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}},
+			deployment,
 		}
 		for _, obj := range owned {
 			obj.SetNamespace(ns)
@@ -48,10 +49,12 @@ var _ = Describe("Agent reconciler", func() {
 				HaveField("Controller", ptr.To(true)),
 				HaveField("BlockOwnerDeletion", ptr.To(true)),
 			)), "%T %s", obj, obj.GetName())
+			Expect(obj.GetManagedFields()).To(ContainElement(HaveField("Manager", render.FieldOwner)), "%T %s", obj, obj.GetName())
 		}
 
-		By("rendering one complete worker configuration with no secret in it")
+		By("rendering one complete, immutable worker configuration with no secret in it")
 		cm := owned[0].(*corev1.ConfigMap)
+		Expect(cm.Immutable).To(Equal(ptr.To(true)))
 		doc := cm.Data[workerconfig.FileName]
 		Expect(doc).NotTo(ContainSubstring("sk-test-value"))
 		cfg, err := workerconfig.Decode([]byte(doc))
@@ -67,12 +70,13 @@ var _ = Describe("Agent reconciler", func() {
 		keyEnv := cfg.Definition.Model.APIKey.Env
 
 		By("passing the key to the worker as an environment variable from the Secret")
-		deployment := owned[3].(*appsv1.Deployment)
 		Expect(*deployment.Spec.Replicas).To(Equal(int32(1)))
+		Expect(deployment.Labels).To(HaveKeyWithValue(render.LabelMediaStore, "media"))
 		pod := deployment.Spec.Template
 		Expect(pod.Labels).To(HaveKeyWithValue(render.LabelEngineVersion, stockEngineVersion))
 		Expect(pod.Annotations).To(HaveKeyWithValue(render.AnnotationConfigDigest, agent.Status.ConfigDigest))
 		Expect(pod.Spec.ServiceAccountName).To(Equal(render.WorkerName(agent.Name)))
+		Expect(pod.Spec.AutomountServiceAccountToken).To(Equal(ptr.To(false)))
 		container := pod.Spec.Containers[0]
 		Expect(container.Image).To(Equal(stockWorkerImage))
 		Expect(container.Env).To(ContainElement(And(
@@ -82,7 +86,6 @@ var _ = Describe("Agent reconciler", func() {
 		)))
 		Expect(container.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
 		Expect(container.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
-		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("ConfigMap.Name", cm.Name)))
 
 		By("reporting what it applied")
 		Expect(agent.Status.TaskQueue).To(Equal("stepwise/" + agent.Spec.FlowType))
@@ -91,9 +94,10 @@ var _ = Describe("Agent reconciler", func() {
 		graph := owned[1].(*corev1.ConfigMap)
 		Expect(agent.Status.SessionFlowGraph).NotTo(BeNil())
 		Expect(agent.Status.SessionFlowGraph.Digest).To(Equal(graph.Annotations[render.AnnotationGraphDigest]))
-		var doc2 map[string]any
-		Expect(json.Unmarshal([]byte(graph.Data["graph.json"]), &doc2)).To(Succeed())
-		Expect(doc2).To(HaveKeyWithValue("flowType", agent.Spec.FlowType))
+		var graphDoc map[string]any
+		Expect(json.Unmarshal([]byte(graph.Data[render.GraphFileName]), &graphDoc)).To(Succeed())
+		Expect(graphDoc).To(HaveKeyWithValue("flowType", agent.Spec.FlowType))
+		Expect(graphDoc["steps"]).To(HaveLen(17))
 		Expect(conditionOf(agent, agentsv1.ConditionWorkersAvailable)(Default)).
 			To(haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonDeploymentUnavailable))
 	})
@@ -117,10 +121,7 @@ var _ = Describe("Agent reconciler", func() {
 			expectReady(agent)
 			first := configDigest(agent)(Default)
 
-			secret := &corev1.Secret{}
-			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "openai"}, secret)).To(Succeed())
-			secret.Data["api-key"] = []byte("second-key-value")
-			Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
+			rotateSecret(ns, "openai", "api-key", "second-key-value")
 			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 			Eventually(func(g Gomega) string {
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
@@ -130,6 +131,18 @@ var _ = Describe("Agent reconciler", func() {
 			for _, value := range []string{"first-key-value", "second-key-value"} {
 				Expect(dumpNamespace(ns)).NotTo(ContainSubstring(value))
 			}
+		})
+
+		It("changes when a Secret the workers receive through spec.workers.env rotates", func() {
+			create(secretFixture(ns, "crm", map[string]string{"token": "one"}), agentFixture(ns, "env", func(a *agentsv1.Agent) {
+				a.Spec.Workers = &agentsv1.WorkersSpec{Env: []corev1.EnvVar{{Name: "CRM_TOKEN", ValueFrom: &corev1.EnvVarSource{
+					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "crm"}, Key: "token"}}}}}
+			}))
+			agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "env"}}
+			expectReady(agent)
+			first := configDigest(agent)(Default)
+			rotateSecret(ns, "crm", "token", "two")
+			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 		})
 
 		It("changes when a referenced ToolSource changes, or a Secret it references rotates", func() {
@@ -148,10 +161,7 @@ var _ = Describe("Agent reconciler", func() {
 			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 			second := configDigest(agent)(Default)
 
-			secret := &corev1.Secret{}
-			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "tickets"}, secret)).To(Succeed())
-			secret.Data["authorization"] = []byte("Bearer two")
-			Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
+			rotateSecret(ns, "tickets", "authorization", "Bearer two")
 			Eventually(configDigest(agent)).ShouldNot(Equal(second))
 		})
 
@@ -169,10 +179,7 @@ var _ = Describe("Agent reconciler", func() {
 			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 			second := configDigest(agent)(Default)
 
-			secret := &corev1.Secret{}
-			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "s3"}, secret)).To(Succeed())
-			secret.Data["AWS_SECRET_ACCESS_KEY"] = []byte("two")
-			Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
+			rotateSecret(ns, "s3", "AWS_SECRET_ACCESS_KEY", "two")
 			Eventually(configDigest(agent)).ShouldNot(Equal(second))
 		})
 
@@ -180,18 +187,73 @@ var _ = Describe("Agent reconciler", func() {
 			agent := agentFixture(ns, "steady")
 			create(agent)
 			expectReady(agent)
-			graph := &corev1.ConfigMap{}
-			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.GraphConfigMapName(agent.Name)}, graph)).To(Succeed())
+			graph := graphConfigMap(Default, agent)
 			deployment := workerDeployment(Default, agent)
 
-			// A label change is a new event but no new generation.
+			// A label change is an event but no new generation.
 			Expect(change(agent, func(a *agentsv1.Agent) { a.Labels = map[string]string{"team": "support"} })).To(Succeed())
 			Consistently(func(g Gomega) {
-				current := &corev1.ConfigMap{}
-				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(graph), current)).To(Succeed())
-				g.Expect(current.ResourceVersion).To(Equal(graph.ResourceVersion))
+				g.Expect(graphConfigMap(g, agent).ResourceVersion).To(Equal(graph.ResourceVersion))
 				g.Expect(workerDeployment(g, agent).ResourceVersion).To(Equal(deployment.ResourceVersion))
 			}).Should(Succeed())
+		})
+	})
+
+	Describe("worker configurations", func() {
+		It("writes a new ConfigMap per configuration and deletes those no ReplicaSet names", func() {
+			agent := agentFixture(ns, "configs")
+			create(agent)
+			expectReady(agent)
+			first := workerDeployment(Default, agent)
+			firstConfig := render.ConfigMapOf(&first.Spec.Template)
+
+			// A ReplicaSet of the first configuration still runs, as during a
+			// rollout or after a rollback.
+			create(replicaSetOf(first, "first", stockEngineVersion))
+
+			Expect(change(agent, func(a *agentsv1.Agent) { a.Spec.Instructions = "second" })).To(Succeed())
+			Eventually(func(g Gomega) string { return render.ConfigMapOf(&workerDeployment(g, agent).Spec.Template) }).
+				ShouldNot(Equal(firstConfig))
+			secondConfig := render.ConfigMapOf(&workerDeployment(Default, agent).Spec.Template)
+
+			Expect(change(agent, func(a *agentsv1.Agent) { a.Spec.Instructions = "third" })).To(Succeed())
+			Eventually(func(g Gomega) string { return render.ConfigMapOf(&workerDeployment(g, agent).Spec.Template) }).
+				ShouldNot(Equal(secondConfig))
+			thirdConfig := render.ConfigMapOf(&workerDeployment(Default, agent).Spec.Template)
+
+			Eventually(func(g Gomega) []string {
+				var configs corev1.ConfigMapList
+				g.Expect(k8sClient.List(suiteCtx, &configs, client.InNamespace(ns), client.MatchingLabels{
+					render.LabelAgent: agent.Name, render.LabelComponent: render.ComponentWorkerConfig})).To(Succeed())
+				var names []string
+				for _, cm := range configs.Items {
+					names = append(names, cm.Name)
+				}
+				return names
+			}).Should(ConsistOf(firstConfig, thirdConfig))
+		})
+	})
+
+	Describe("the session Flow graph", func() {
+		It("is rewritten when the engine version changes, and repaired when edited", func() {
+			agent := agentFixture(ns, "graph")
+			create(agent)
+			expectReady(agent)
+			first := agent.Status.SessionFlowGraph.Digest
+
+			Expect(change(agent, func(a *agentsv1.Agent) {
+				a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:2", EngineVersion: "0.2.0"}
+			})).To(Succeed())
+			expectReady(agent)
+			Expect(agent.Status.SessionFlowGraph.Digest).NotTo(Equal(first))
+			graph := graphConfigMap(Default, agent)
+			Expect(graph.Data[render.GraphFileName]).To(ContainSubstring(`"engineVersion": "0.2.0"`))
+
+			published := graph.Data[render.GraphFileName]
+			Expect(change(graph, func(cm *corev1.ConfigMap) { cm.Data[render.GraphFileName] = "{}" })).To(Succeed())
+			// Any pass of the Agent puts the published document back.
+			Expect(change(agent, func(a *agentsv1.Agent) { a.Spec.Instructions = "nudge" })).To(Succeed())
+			Eventually(func(g Gomega) string { return graphConfigMap(g, agent).Data[render.GraphFileName] }).Should(Equal(published))
 		})
 	})
 
@@ -203,10 +265,15 @@ var _ = Describe("Agent reconciler", func() {
 				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound),
 				HaveField("Message", ContainSubstring(`spec.toolSources[0]: ToolSource "later" does not exist`))))
 			Expect(agent.Status.ObservedGeneration).To(Equal(agent.Generation))
-			Consistently(func() bool {
-				err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &appsv1.Deployment{})
-				return apierrors.IsNotFound(err)
-			}).Should(BeTrue())
+			Consistently(func(g Gomega) {
+				var configMaps corev1.ConfigMapList
+				g.Expect(k8sClient.List(suiteCtx, &configMaps, client.InNamespace(ns), client.MatchingLabels{render.LabelAgent: agent.Name})).To(Succeed())
+				g.Expect(configMaps.Items).To(BeEmpty())
+				for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}} {
+					err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, obj)
+					g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T exists", obj)
+				}
+			}).Should(Succeed())
 
 			create(toolSourceFixture(ns, "later"))
 			expectReady(agent)
@@ -241,19 +308,27 @@ var _ = Describe("Agent reconciler", func() {
 				HaveField("Message", ContainSubstring(`spec.model.apiKeySecretRef: Secret "openai" has no key "api-key"`))))
 		})
 
-		It("keeps the workers it applied when a reference breaks later", func() {
+		It("keeps the workers it applied when a reference breaks later, and still follows scaling", func() {
 			create(toolSourceFixture(ns, "files"))
 			agent := agentFixture(ns, "keeps", withToolSources("files"))
 			create(agent)
 			expectReady(agent)
 			applied := configDigest(agent)(Default)
 
+			// A half-applied change would show in the digest: the same patch
+			// changes the instructions.
 			Expect(change(agent, func(a *agentsv1.Agent) {
+				a.Spec.Instructions = "changed with a broken reference"
 				a.Spec.ToolSources = append(a.Spec.ToolSources, agentsv1.LocalObjectReference{Name: "missing"})
 			})).To(Succeed())
 			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(
 				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound))
 			Consistently(configDigest(agent)).Should(Equal(applied))
+
+			out, err := kubectl("scale", "--namespace", ns, "agent/keeps", "--replicas=4")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Eventually(func(g Gomega) int32 { return *workerDeployment(g, agent).Spec.Replicas }).Should(Equal(int32(4)))
+			Expect(configDigest(agent)(Default)).To(Equal(applied))
 		})
 
 		It("refuses two ToolSources with one source name", func() {
@@ -277,7 +352,7 @@ var _ = Describe("Agent reconciler", func() {
 			create(second)
 			Eventually(conditionOf(second, agentsv1.ConditionReady)).Should(And(
 				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
-				HaveField("Message", ContainSubstring(`Agent `+ns+`/first already claims Flow type "ClaimedAgent"`))))
+				HaveField("Message", ContainSubstring(`Agent `+ns+`/first already runs workers for Flow type "ClaimedAgent"`))))
 			err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: otherNS, Name: render.WorkerName(second.Name)}, &appsv1.Deployment{})
 			Expect(apierrors.IsNotFound(err)).To(BeTrue())
 			expectReady(first)
@@ -300,12 +375,60 @@ var _ = Describe("Agent reconciler", func() {
 			create(holder)
 			expectReady(holder)
 
-			// The older Agent moves onto the namespace where the holder runs.
+			// The older Agent moves onto the namespace where the holder runs;
+			// its workers keep serving the namespace it left.
 			Expect(change(older, func(a *agentsv1.Agent) { a.Spec.Engine.Namespace = "blue" })).To(Succeed())
 			Eventually(conditionOf(older, agentsv1.ConditionReady)).Should(And(
 				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
-				HaveField("Message", ContainSubstring("Agent "+ns+"/holder already claims"))))
+				HaveField("Message", ContainSubstring("Agent "+ns+"/holder already runs workers"))))
 			expectReady(holder)
+			Expect(*workerDeployment(Default, older).Spec.Replicas).To(Equal(int32(1)))
+
+			By("keeping the claim with the holder while its own spec moves away and is blocked")
+			Expect(change(holder, func(a *agentsv1.Agent) {
+				a.Spec.Engine.Namespace = "red"
+				a.Spec.ToolSources = []agentsv1.LocalObjectReference{{Name: "not-yet"}}
+			})).To(Succeed())
+			Eventually(conditionOf(holder, agentsv1.ConditionReady)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound))
+			Consistently(conditionOf(older, agentsv1.ConditionReady)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict))
+
+			By("handing it over once the holder's workers serve the new namespace")
+			create(toolSourceFixture(ns, "not-yet"))
+			expectReady(holder, older)
+		})
+
+		It("scales to zero the workers of an Agent that claimed at the same time and lost", func() {
+			// Created in the same second, the two tie on age, and the name
+			// decides: either way the first created keeps the claim.
+			winner := agentFixture(ns, "a-winner", withFlowType("RacedAgent"))
+			create(winner)
+			expectReady(winner)
+			loser := agentFixture(ns, "b-loser", withFlowType("RacedAgent"), withReplicas(2))
+			create(loser)
+			Eventually(conditionOf(loser, agentsv1.ConditionReady)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict))
+
+			// What a race leaves behind: the loser's workers, applied before it
+			// saw the winner's.
+			raced := workerDeployment(Default, winner).DeepCopy()
+			labels := maps.Clone(raced.Labels)
+			labels[render.LabelAgent], labels[render.LabelInstance] = loser.Name, loser.Name
+			raced.ObjectMeta = metav1.ObjectMeta{
+				Namespace: ns, Name: render.WorkerName(loser.Name), Labels: labels,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
+					Name: loser.Name, UID: loser.UID, Controller: ptr.To(true)}},
+			}
+			raced.Spec.Selector = &metav1.LabelSelector{MatchLabels: render.SelectorLabels(loser.Name)}
+			raced.Spec.Template.Labels = labels
+			raced.Spec.Replicas = ptr.To(int32(2))
+			raced.Status = appsv1.DeploymentStatus{}
+			create(raced)
+
+			Eventually(func(g Gomega) int32 { return *workerDeployment(g, loser).Spec.Replicas }).Should(Equal(int32(0)))
+			expectReady(winner)
+			Expect(*workerDeployment(Default, winner).Spec.Replicas).To(Equal(int32(1)))
 		})
 	})
 
@@ -343,23 +466,7 @@ var _ = Describe("Agent reconciler", func() {
 			}
 			Expect(k8sClient.Status().Update(suiteCtx, deployment)).To(Succeed())
 			for i, version := range []string{"0.1.0", "0.2.0"} {
-				rs := &appsv1.ReplicaSet{
-					ObjectMeta: metav1.ObjectMeta{
-						Namespace: ns, Name: deployment.Name + "-" + strings.ReplaceAll(version, ".", ""),
-						Labels: deployment.Spec.Template.Labels,
-						OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment",
-							Name: deployment.Name, UID: deployment.UID, Controller: ptr.To(true)}},
-					},
-					Spec: appsv1.ReplicaSetSpec{
-						Selector: deployment.Spec.Selector,
-						Template: *deployment.Spec.Template.DeepCopy(),
-					},
-				}
-				rs.Spec.Template.Labels = map[string]string{}
-				for k, v := range deployment.Spec.Template.Labels {
-					rs.Spec.Template.Labels[k] = v
-				}
-				rs.Spec.Template.Labels[render.LabelEngineVersion] = version
+				rs := replicaSetOf(deployment, version, version)
 				create(rs)
 				rs.Status = appsv1.ReplicaSetStatus{Replicas: 1, ReadyReplicas: int32(i)}
 				Expect(k8sClient.Status().Update(suiteCtx, rs)).To(Succeed())
@@ -378,7 +485,64 @@ var _ = Describe("Agent reconciler", func() {
 				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonDeploymentAvailable))
 		})
 	})
+
+	Describe("objects it does not own", func() {
+		It("never takes over an object of the same name that belongs to something else", func() {
+			foreign := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: render.GraphConfigMapName("billing")},
+				Data:       map[string]string{"team": "data"},
+			}
+			create(foreign)
+			agent := agentFixture(ns, "billing")
+			create(agent)
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonOwnedObjectConflict),
+				HaveField("Message", ContainSubstring(`ConfigMap "billing-session-graph" exists and is not owned by this Agent`))))
+			Consistently(func(g Gomega) {
+				current := &corev1.ConfigMap{}
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(foreign), current)).To(Succeed())
+				g.Expect(current.Data).To(Equal(foreign.Data))
+				g.Expect(current.OwnerReferences).To(BeEmpty())
+			}).Should(Succeed())
+
+			By("applying once the object is gone, without any change to the Agent")
+			Expect(k8sClient.Delete(suiteCtx, foreign)).To(Succeed())
+			expectReady(agent)
+		})
+	})
 })
+
+// rotateSecret gives one key of a Secret a new value.
+func rotateSecret(ns, name, key, value string) {
+	GinkgoHelper()
+	secret := &corev1.Secret{}
+	Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: name}, secret)).To(Succeed())
+	secret.Data[key] = []byte(value)
+	Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
+}
+
+// replicaSetOf is a ReplicaSet of a worker Deployment's current template,
+// labeled with an engine version, as the Deployment controller would make.
+func replicaSetOf(d *appsv1.Deployment, suffix, engineVersion string) *appsv1.ReplicaSet {
+	template := *d.Spec.Template.DeepCopy()
+	template.Labels = maps.Clone(template.Labels)
+	template.Labels[render.LabelEngineVersion] = engineVersion
+	return &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: d.Namespace, Name: d.Name + "-" + suffix, Labels: template.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment",
+				Name: d.Name, UID: d.UID, Controller: ptr.To(true)}},
+		},
+		Spec: appsv1.ReplicaSetSpec{Selector: d.Spec.Selector, Template: template},
+	}
+}
+
+// graphConfigMap reads an Agent's published Flow graph.
+func graphConfigMap(g Gomega, agent *agentsv1.Agent) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{}
+	g.Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}, cm)).To(Succeed())
+	return cm
+}
 
 // dumpNamespace renders every object of a namespace the operator could have
 // written, with their status, as text.
@@ -389,29 +553,3 @@ func dumpNamespace(ns string) string {
 	Expect(err).NotTo(HaveOccurred(), out)
 	return out
 }
-
-var _ = Describe("Agent reconciler and objects it does not own", func() {
-	It("never takes over an object of the same name that belongs to something else", func() {
-		ns := newNamespace()
-		foreign := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: render.ConfigMapName("billing")},
-			Data:       map[string]string{"team": "data"},
-		}
-		create(foreign)
-		agent := agentFixture(ns, "billing")
-		create(agent)
-		Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
-			haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonOwnedObjectConflict),
-			HaveField("Message", ContainSubstring(`ConfigMap "billing-worker-config" exists and is not owned by this Agent`))))
-		Consistently(func(g Gomega) {
-			current := &corev1.ConfigMap{}
-			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(foreign), current)).To(Succeed())
-			g.Expect(current.Data).To(Equal(foreign.Data))
-			g.Expect(current.OwnerReferences).To(BeEmpty())
-		}).Should(Succeed())
-
-		By("applying once the object is gone, without any change to the Agent")
-		Expect(k8sClient.Delete(suiteCtx, foreign)).To(Succeed())
-		expectReady(agent)
-	})
-})

@@ -23,6 +23,8 @@ type agentPass struct {
 	err error
 	// applied is true when every owned object was applied.
 	applied bool
+	// lostClaim is the Flow type claim the Agent lost to another Agent.
+	lostClaim string
 	// deployment is the worker Deployment as the API server last returned
 	// it; nil when it does not exist.
 	deployment *appsv1.Deployment

@@ -55,7 +55,7 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, defaults render.Default
 			return nil
 		}},
 		{&agentsv1.Agent{}, indexAgentSecret, func(o client.Object) []string {
-			return secretNames(render.AgentSecretUses(o.(*agentsv1.Agent)))
+			return secretNames(agentSecretUses(o.(*agentsv1.Agent), defaults))
 		}},
 		{&agentsv1.Agent{}, indexAgentFlowClaim, func(o client.Object) []string {
 			if claim, ok := flowClaim(o.(*agentsv1.Agent), defaults); ok {
@@ -76,6 +76,15 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, defaults render.Default
 		}
 	}
 	return nil
+}
+
+// agentSecretUses lists the Secrets an Agent takes values from through its
+// spec and its engine.
+func agentSecretUses(agent *agentsv1.Agent, defaults render.Defaults) []render.SecretUse {
+	if engine, ok := render.EngineFor(agent, defaults); ok {
+		return render.AgentSecretUses(agent, &engine)
+	}
+	return render.AgentSecretUses(agent, nil)
 }
 
 func flowClaim(agent *agentsv1.Agent, defaults render.Defaults) (string, bool) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,8 +26,8 @@ import (
 )
 
 // MediaStoreReconciler reports whether a MediaStore can be used and keeps
-// it while Agents reference it, because their sessions still read the
-// images it holds.
+// it while Agents use it, because their sessions still read the images it
+// holds.
 type MediaStoreReconciler struct {
 	client.Client
 	// APIReader reads Secrets straight from the API server.
@@ -37,82 +38,103 @@ type MediaStoreReconciler struct {
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=mediastores/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=mediastores/finalizers,verbs=update
 
+// maxListedUsers bounds the Agents an InUse message names, so the message
+// stays far below the API's limit however many Agents share a store.
+const maxListedUsers = 20
+
 // Reconcile runs one pass for one MediaStore.
 func (r *MediaStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ms := &agentsv1.MediaStore{}
 	if err := r.Get(ctx, req.NamespacedName, ms); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	deleting := !ms.DeletionTimestamp.IsZero()
 	// The finalizer comes first, so no Agent can start using the store
 	// before deletion would wait for it.
-	if ms.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer) {
-		patch := client.MergeFrom(ms.DeepCopy())
-		controllerutil.AddFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer)
-		if err := r.Patch(ctx, ms, patch); err != nil {
+	if !deleting && !controllerutil.ContainsFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer) {
+		if err := r.patchFinalizers(ctx, ms, controllerutil.AddFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding the in-use protection finalizer: %w", err)
 		}
 	}
 
-	users, err := r.referencingAgents(ctx, ms)
+	users, err := r.users(ctx, ms)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !ms.DeletionTimestamp.IsZero() && len(users) == 0 {
+	if deleting && len(users) == 0 {
 		if !controllerutil.ContainsFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer) {
 			return ctrl.Result{}, nil
 		}
-		patch := client.MergeFrom(ms.DeepCopy())
-		controllerutil.RemoveFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer)
-		if err := r.Patch(ctx, ms, patch); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.patchFinalizers(ctx, ms, controllerutil.RemoveFinalizer); err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("removing the in-use protection finalizer: %w", err)
 		}
 		return ctrl.Result{}, nil
 	}
 
 	before := ms.DeepCopy()
-	uses := render.MediaStoreSecretUses(ms, "")
-	secrets, err := secretsByName(ctx, r.APIReader, ms.Namespace, secretNames(uses))
-	var blocker *render.Blocker
-	if err == nil {
-		blocker = render.CheckSecrets(uses, secrets)
-	}
+	blocker, err := checkSecrets(ctx, r.APIReader, ms.Namespace, render.MediaStoreSecretUses(ms, ""))
 	ms.Status.StoreURI = render.StoreURI(ms)
 	setReferenceReadyCondition(&ms.Status.Conditions, &ms.Status.ObservedGeneration, ms.Generation, blocker, err)
-	setInUseCondition(&ms.Status.Conditions, ms.Generation, !ms.DeletionTimestamp.IsZero(), users)
+	setInUseCondition(&ms.Status.Conditions, ms.Generation, deleting, users)
 	if patchErr := r.Status().Patch(ctx, ms, client.MergeFrom(before)); patchErr != nil && !apierrors.IsNotFound(patchErr) {
 		err = errors.Join(err, fmt.Errorf("writing MediaStore status: %w", patchErr))
 	}
 	return ctrl.Result{}, err
 }
 
-// referencingAgents lists the Agents that reference the MediaStore, as
-// namespace/name, sorted.
-func (r *MediaStoreReconciler) referencingAgents(ctx context.Context, ms *agentsv1.MediaStore) ([]string, error) {
+// patchFinalizers changes the finalizers with an optimistic lock, so a
+// finalizer another controller adds at the same time is never lost.
+func (r *MediaStoreReconciler) patchFinalizers(ctx context.Context, ms *agentsv1.MediaStore, change func(client.Object, string) bool) error {
+	patch := client.MergeFromWithOptions(ms.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	change(ms, agentsv1.MediaStoreProtectionFinalizer)
+	return r.Patch(ctx, ms, patch)
+}
+
+// users lists, sorted, the Agents that reference the MediaStore in their
+// spec or whose running workers were configured with it.
+func (r *MediaStoreReconciler) users(ctx context.Context, ms *agentsv1.MediaStore) ([]string, error) {
 	var agents agentsv1.AgentList
 	if err := r.List(ctx, &agents, client.InNamespace(ms.Namespace), client.MatchingFields{indexAgentMediaStore: ms.Name}); err != nil {
 		return nil, fmt.Errorf("listing Agents that reference MediaStore %s: %w", ms.Name, err)
 	}
-	users := make([]string, 0, len(agents.Items))
+	users := map[string]bool{}
 	for _, a := range agents.Items {
-		users = append(users, a.Name)
+		users[a.Name] = true
 	}
-	slices.Sort(users)
-	return users, nil
+	var deployments appsv1.DeploymentList
+	if err := r.List(ctx, &deployments, client.InNamespace(ms.Namespace), client.MatchingLabels{render.LabelMediaStore: ms.Name}); err != nil {
+		return nil, fmt.Errorf("listing worker Deployments that use MediaStore %s: %w", ms.Name, err)
+	}
+	for i := range deployments.Items {
+		owner, err := controllingAgent(ctx, r.Client, &deployments.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		if owner != nil {
+			users[owner.Name] = true
+		}
+	}
+	names := keys(users)
+	slices.Sort(names)
+	return names, nil
 }
 
 // setInUseCondition derives InUse from the Agents this pass found.
 func setInUseCondition(conditions *[]metav1.Condition, generation int64, deleting bool, users []string) {
 	c := metav1.Condition{Type: agentsv1.ConditionInUse, ObservedGeneration: generation}
+	listed := strings.Join(users[:min(len(users), maxListedUsers)], ", ")
+	if len(users) > maxListedUsers {
+		listed += fmt.Sprintf(" and %d more", len(users)-maxListedUsers)
+	}
 	switch {
 	case len(users) == 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, agentsv1.ReasonNotReferenced, "no Agent references this MediaStore"
 	case deleting:
 		c.Status, c.Reason = metav1.ConditionTrue, agentsv1.ReasonDeletionBlocked
-		c.Message = fmt.Sprintf("deletion waits until no Agent references this MediaStore, because their sessions still read its images; referenced by Agents %s",
-			strings.Join(users, ", "))
+		c.Message = "deletion waits until no Agent uses this MediaStore, because their sessions still read its images; used by Agents " + listed
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, agentsv1.ReasonReferencedByAgents
-		c.Message = "referenced by Agents " + strings.Join(users, ", ")
+		c.Message = "used by Agents " + listed
 	}
 	meta.SetStatusCondition(conditions, c)
 }
@@ -121,40 +143,44 @@ func setInUseCondition(conditions *[]metav1.Condition, generation int64, deletin
 func (r *MediaStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&agentsv1.MediaStore{}).
-		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
-			var list agentsv1.MediaStoreList
-			if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexMediaStoreSecret: obj.GetName()}); err != nil {
-				return nil
-			}
-			return requestsFor(list.Items)
-		})).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(
+			referencingSecret(r.Client, indexMediaStoreSecret, func() client.ObjectList { return &agentsv1.MediaStoreList{} }))).
 		Watches(&agentsv1.Agent{}, mediaStoresOfAgents()).
+		Watches(&appsv1.Deployment{}, onLabelChange(render.LabelMediaStore, func(_ context.Context, obj client.Object, name string) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+		})).
 		Named("mediastore").
 		Complete(r)
 }
 
 // mediaStoresOfAgents wakes the MediaStore an Agent references, before and
-// after a change, so a store learns both that it gained and that it lost a
-// user.
+// after a change of the reference, so a store learns both that it gained
+// and that it lost a user.
 func mediaStoresOfAgents() handler.EventHandler {
-	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
-		for _, obj := range objs {
-			if agent, ok := obj.(*agentsv1.Agent); ok && agent.Spec.MediaStore != nil {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: agent.Namespace, Name: agent.Spec.MediaStore.Name}})
+	ref := func(obj client.Object) string {
+		if agent, ok := obj.(*agentsv1.Agent); ok && agent.Spec.MediaStore != nil {
+			return agent.Spec.MediaStore.Name
+		}
+		return ""
+	}
+	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], obj client.Object, names ...string) {
+		for _, name := range names {
+			if name != "" {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
 			}
 		}
 	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, e.Object)
+			enqueue(q, e.Object, ref(e.Object))
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
-				enqueue(q, e.ObjectOld, e.ObjectNew)
+			if before, after := ref(e.ObjectOld), ref(e.ObjectNew); before != after {
+				enqueue(q, e.ObjectNew, before, after)
 			}
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, e.Object)
+			enqueue(q, e.Object, ref(e.Object))
 		},
 	}
 }

@@ -28,7 +28,7 @@ var _ = Describe("MediaStore reconciler", func() {
 		Expect(k8sClient.Delete(suiteCtx, ms)).To(Succeed())
 		Eventually(conditionOf(ms, agentsv1.ConditionInUse)).Should(And(
 			haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonDeletionBlocked),
-			HaveField("Message", ContainSubstring("deletion waits until no Agent references this MediaStore")),
+			HaveField("Message", ContainSubstring("deletion waits until no Agent uses this MediaStore")),
 			HaveField("Message", ContainSubstring("reader"))))
 		Consistently(func() error {
 			return k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ms), &agentsv1.MediaStore{})
@@ -42,6 +42,32 @@ var _ = Describe("MediaStore reconciler", func() {
 			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ms), &agentsv1.MediaStore{}))
 		}).Should(BeTrue())
 		expectReady(agent)
+	})
+
+	It("keeps a MediaStore while a blocked Agent's running workers still use it", func() {
+		ms := mediaStoreFixture(ns, "media")
+		agent := agentFixture(ns, "moving", withMediaStore("media"))
+		create(ms, agent)
+		expectReady(ms, agent)
+
+		// The Agent lets go of the store in a change that cannot be applied
+		// yet, so its workers keep the configuration that names the store.
+		Expect(change(agent, func(a *agentsv1.Agent) {
+			a.Spec.MediaStore = nil
+			a.Spec.ToolSources = []agentsv1.LocalObjectReference{{Name: "later"}}
+		})).To(Succeed())
+		Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(
+			haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound))
+		Expect(k8sClient.Delete(suiteCtx, ms)).To(Succeed())
+		Eventually(conditionOf(ms, agentsv1.ConditionInUse)).Should(And(
+			haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonDeletionBlocked),
+			HaveField("Message", ContainSubstring("moving"))))
+
+		create(toolSourceFixture(ns, "later"))
+		expectReady(agent)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ms), &agentsv1.MediaStore{}))
+		}).Should(BeTrue())
 	})
 
 	It("deletes a MediaStore that no Agent references at once", func() {

@@ -38,6 +38,18 @@ var _ = Describe("config/samples", func() {
 		out, err = kubectl("get", "--namespace", ns, "stepwise")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(And(ContainSubstring("SupportAgent"), ContainSubstring("session-media"), ContainSubstring("tickets")))
+
+		By("showing the print columns under the short names")
+		out, err = kubectl("get", "--namespace", ns, "agt", "support", "-o", "wide")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`FLOW TYPE\s+PROVIDER\s+MODEL\s+READY\s+DESIRED\s+AVAILABLE\s+REASON\s+TASK QUEUE`))
+		Expect(out).To(MatchRegexp(`support\s+SupportAgent\s+scripted\s+demo\s+True\s+2\s+\S*\s*Reconciled\s+stepwise/SupportAgent`))
+		out, err = kubectl("get", "--namespace", ns, "ts", "tickets")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`tickets\s+tickets\s+https://tickets.example.com/mcp\s+True`))
+		out, err = kubectl("get", "--namespace", ns, "mst", "session-media")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`session-media\s+s3://agent-media/sessions\s+True\s+True`))
 	})
 })
 

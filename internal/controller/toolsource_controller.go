@@ -12,7 +12,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
@@ -31,7 +30,7 @@ type ToolSourceReconciler struct {
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=toolsources/status,verbs=get;update;patch
 
 // Reconcile checks one ToolSource and writes its status once.
-func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ts := &agentsv1.ToolSource{}
 	if err := r.Get(ctx, req.NamespacedName, ts); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -40,12 +39,7 @@ func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil
 	}
 	before := ts.DeepCopy()
-	uses := render.ToolSourceSecretUses(ts, "")
-	secrets, err := secretsByName(ctx, r.APIReader, ts.Namespace, secretNames(uses))
-	var blocker *render.Blocker
-	if err == nil {
-		blocker = render.CheckSecrets(uses, secrets)
-	}
+	blocker, err := checkSecrets(ctx, r.APIReader, ts.Namespace, render.ToolSourceSecretUses(ts, ""))
 	ts.Status.SourceName = render.EffectiveSourceName(ts)
 	setReferenceReadyCondition(&ts.Status.Conditions, &ts.Status.ObservedGeneration, ts.Generation, blocker, err)
 	if patchErr := r.Status().Patch(ctx, ts, client.MergeFrom(before)); patchErr != nil && !apierrors.IsNotFound(patchErr) {
@@ -54,9 +48,19 @@ func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, err
 }
 
+// checkSecrets reads the Secrets that uses name and checks them: a blocker
+// when one is missing or lacks a key, an error when they cannot be read.
+func checkSecrets(ctx context.Context, reader client.Reader, namespace string, uses []render.SecretUse) (*render.Blocker, error) {
+	secrets, err := secretsByName(ctx, reader, namespace, secretNames(uses))
+	if err != nil {
+		return nil, err
+	}
+	return render.CheckSecrets(uses, secrets), nil
+}
+
 // setReferenceReadyCondition sets Ready on a ToolSource or MediaStore from
-// this pass: a read error, a blocker, or success, which alone stamps the
-// generation.
+// this pass. A pass that reached a verdict, ready or blocked, stamps the
+// generation; one that could not read its Secrets does not.
 func setReferenceReadyCondition(conditions *[]metav1.Condition, observedGeneration *int64, generation int64, blocker *render.Blocker, err error) {
 	c := metav1.Condition{Type: agentsv1.ConditionReady, ObservedGeneration: generation}
 	switch {
@@ -76,25 +80,8 @@ func setReferenceReadyCondition(conditions *[]metav1.Condition, observedGenerati
 func (r *ToolSourceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&agentsv1.ToolSource{}).
-		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
-			var list agentsv1.ToolSourceList
-			if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexToolSourceSecret: obj.GetName()}); err != nil {
-				return nil
-			}
-			return requestsFor(list.Items)
-		})).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(
+			referencingSecret(r.Client, indexToolSourceSecret, func() client.ObjectList { return &agentsv1.ToolSourceList{} }))).
 		Named("toolsource").
 		Complete(r)
-}
-
-// requestsFor makes one request per object.
-func requestsFor[T any, PT interface {
-	*T
-	client.Object
-}](items []T) []reconcile.Request {
-	out := make([]reconcile.Request, 0, len(items))
-	for i := range items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(PT(&items[i]))})
-	}
-	return out
 }

@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -92,6 +94,8 @@ var _ = Describe("API validation", func() {
 		}, "spec.limits.eventStreamCapacity", "eventStreamCapacity must be between 64Ki and 1Gi"),
 		Entry("an engine address without a port", withEngine("temporal.example.com", "default"),
 			"spec.engine.address", "should match"),
+		Entry("an engine port out of range", withEngine("temporal.example.com:72330", "default"),
+			"spec.engine.address", "address must end in a port from 1 to 65535"),
 		Entry("an engine API key without TLS", func(a *agentsv1.Agent) {
 			a.Spec.Engine = &agentsv1.EngineSpec{Address: "temporal:7233",
 				APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "temporal", Key: "api-key"}}
@@ -102,6 +106,18 @@ var _ = Describe("API validation", func() {
 		Entry("an engine version that is not a version", func(a *agentsv1.Agent) {
 			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "worker:1", EngineVersion: "latest"}
 		}, "spec.workers.engineVersion", "should match"),
+		Entry("an engine version that cannot label a pod", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "worker:1", EngineVersion: "1.0.0-rc-"}
+		}, "spec.workers.engineVersion", "should match"),
+		Entry("an engine version with build metadata", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "worker:1", EngineVersion: "1.0.0+build.5"}
+		}, "spec.workers.engineVersion", "should match"),
+		Entry("a service account name that is not a name", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{ServiceAccountName: "Cloud_Identity"}
+		}, "spec.workers.serviceAccountName", "should match"),
+		Entry("dynamic resource claims", func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}
+		}, "spec.workers.resources", "resources.claims is not supported for workers"),
 		Entry("negative replicas", withReplicas(-1), "spec.workers.replicas", "should be greater than or equal to 0"),
 		Entry("zero task slots", func(a *agentsv1.Agent) {
 			a.Spec.Workers = &agentsv1.WorkersSpec{TaskSlots: -5}
@@ -113,6 +129,26 @@ var _ = Describe("API validation", func() {
 			a.Name = strings.Repeat("a", 50)
 		}, "metadata.name must be a DNS label of at most 49 characters"),
 	)
+
+	It("refuses zero model calls per turn and zero task slots written in YAML", func() {
+		manifest := filepath.Join(GinkgoT().TempDir(), "agent.yaml")
+		Expect(os.WriteFile(manifest, []byte(`apiVersion: agents.stepwise.run/v1alpha1
+kind: Agent
+metadata:
+  name: zeros
+spec:
+  flowType: ZeroAgent
+  model: {provider: scripted, name: demo}
+  limits: {maxModelCallsPerTurn: 0}
+  workers: {taskSlots: 0}
+`), 0o600)).To(Succeed())
+		out, err := kubectl("apply", "--namespace", ns, "-f", manifest)
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(And(
+			ContainSubstring("spec.limits.maxModelCallsPerTurn"),
+			ContainSubstring("spec.workers.taskSlots"),
+			ContainSubstring("should be greater than or equal to 1")))
+	})
 
 	It("refuses a change of flowType", func() {
 		agent := agentFixture(ns, "fixed", withFlowType("FixedAgent"))
@@ -166,6 +202,12 @@ var _ = Describe("API validation", func() {
 			ts.Spec.MCP.Stdio.Env = []agentsv1.ValueVar{{Name: "TOKEN"}}
 		}, "spec.mcp.stdio.env[0]", "exactly one of value or valueFrom must be set"),
 		Entry("a source name with a dot", "dotted", withSourceName("my.tools"), "spec.sourceName", "should match"),
+		Entry("a source name that blurs tool names", "blurred", withSourceName("crm__v2"),
+			"spec.sourceName", "sourceName may not contain '__'"),
+		Entry("a header twice in different case", "twice", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "https://mcp.example.com",
+				Headers: []agentsv1.HTTPHeader{{Name: "Authorization", Value: ptr.To("a")}, {Name: "authorization", Value: ptr.To("b")}}}}
+		}, "spec.mcp.streamableHTTP.headers", "header names must be unique regardless of case"),
 		Entry("a name that cannot be a source name, and no sourceName", "my.tools", func(*agentsv1.ToolSource) {},
 			"spec.sourceName is required when metadata.name is not a valid source name"),
 		Entry("a listing TTL of zero", "ttl", func(ts *agentsv1.ToolSource) {
@@ -196,6 +238,17 @@ var _ = Describe("API validation", func() {
 			"spec.localDirectory.root", "should match"),
 		Entry("a root with a '..' segment", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv/../etc" },
 			"spec.localDirectory.root", "root must be a clean absolute path"),
+		Entry("a root where worker pods mount their own volume", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/tmp" },
+			"spec.localDirectory.root", "root may not be /tmp"),
+		Entry("a bucket name with '..'", func(ms *agentsv1.MediaStore) {
+			ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "agent..media"}}
+		}, "spec.s3.bucket", "no '..' and not an IP address"),
+		Entry("a bucket name that is an IP address", func(ms *agentsv1.MediaStore) {
+			ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "192.168.0.1"}}
+		}, "spec.s3.bucket", "no '..' and not an IP address"),
+		Entry("a name too long to label the workers that use it", func(ms *agentsv1.MediaStore) {
+			ms.Name = strings.Repeat("m", 64)
+		}, "metadata.name must be at most 63 characters"),
 		Entry("a bucket name S3 refuses", func(ms *agentsv1.MediaStore) {
 			ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "Agent_Media"}}
 		}, "spec.s3.bucket", "should match"),

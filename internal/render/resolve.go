@@ -285,15 +285,18 @@ func MediaStoreSecretUses(ms *agentsv1.MediaStore, fieldPrefix string) []SecretU
 	}}
 }
 
-// AgentSecretUses lists the Secret keys an Agent's own spec takes values
-// from.
-func AgentSecretUses(agent *agentsv1.Agent) []SecretUse {
+// AgentSecretUses lists the Secret keys an Agent takes values from through
+// its own spec and its engine: spec.engine, or the operator's default engine,
+// whose Secrets are looked up in the Agent's namespace. engine is nil when
+// the Agent has none.
+func AgentSecretUses(agent *agentsv1.Agent, engine *agentsv1.EngineSpec) []SecretUse {
 	spec := agent.Spec
 	uses := keyUse("spec.model.apiKeySecretRef", spec.Model.APIKeySecretRef)
-	if spec.Engine != nil {
-		uses = append(uses, keyUse("spec.engine.apiKeySecretRef", spec.Engine.APIKeySecretRef)...)
-		if spec.Engine.TLS != nil && spec.Engine.TLS.SecretRef != nil {
-			uses = append(uses, SecretUse{Field: "spec.engine.tls.secretRef", Secret: spec.Engine.TLS.SecretRef.Name,
+	if engine != nil {
+		field := engineField(agent)
+		uses = append(uses, keyUse(field+".apiKeySecretRef", engine.APIKeySecretRef)...)
+		if engine.TLS != nil && engine.TLS.SecretRef != nil {
+			uses = append(uses, SecretUse{Field: field + ".tls.secretRef", Secret: engine.TLS.SecretRef.Name,
 				Optional: []string{TLSCAKey, TLSCertKey, TLSPrivateKeyKey}})
 		}
 	}
@@ -315,10 +318,18 @@ func AgentSecretUses(agent *agentsv1.Agent) []SecretUse {
 	return uses
 }
 
+// engineField names where an Agent's engine comes from, for messages.
+func engineField(agent *agentsv1.Agent) string {
+	if agent.Spec.Engine != nil {
+		return "spec.engine"
+	}
+	return "the operator's default engine"
+}
+
 // allSecretUses lists every Secret key the Agent's workers receive, its
 // resolved ToolSources' and MediaStore's included.
 func (r *resolver) allSecretUses() []SecretUse {
-	uses := AgentSecretUses(r.agent)
+	uses := AgentSecretUses(r.agent, &r.out.Engine)
 	for _, ts := range r.out.ToolSources {
 		uses = append(uses, ToolSourceSecretUses(ts.ToolSource, fmt.Sprintf("ToolSource %q ", ts.Name))...)
 	}
@@ -385,18 +396,20 @@ func (r *resolver) engineTLS() *Blocker {
 	}
 	secret, ok := r.observed.Secrets[tls.SecretRef.Name]
 	if !ok {
-		return blocked(agentsv1.ReasonSecretNotFound, "spec.engine.tls.secretRef: Secret %q does not exist", tls.SecretRef.Name)
+		return blocked(agentsv1.ReasonSecretNotFound, "%s.tls.secretRef: Secret %q does not exist", engineField(r.agent), tls.SecretRef.Name)
 	}
 	_, ca := secretValue(secret, TLSCAKey)
 	_, cert := secretValue(secret, TLSCertKey)
 	_, key := secretValue(secret, TLSPrivateKeyKey)
 	if cert != key {
 		return blocked(agentsv1.ReasonSecretKeyNotFound,
-			"spec.engine.tls.secretRef: Secret %q must have both %s and %s for a client certificate, or neither", tls.SecretRef.Name, TLSCertKey, TLSPrivateKeyKey)
+			"%s.tls.secretRef: Secret %q must have both %s and %s for a client certificate, or neither",
+			engineField(r.agent), tls.SecretRef.Name, TLSCertKey, TLSPrivateKeyKey)
 	}
 	if !ca && !cert {
 		return blocked(agentsv1.ReasonSecretKeyNotFound,
-			"spec.engine.tls.secretRef: Secret %q has none of %s, %s and %s", tls.SecretRef.Name, TLSCAKey, TLSCertKey, TLSPrivateKeyKey)
+			"%s.tls.secretRef: Secret %q has none of %s, %s and %s",
+			engineField(r.agent), tls.SecretRef.Name, TLSCAKey, TLSCertKey, TLSPrivateKeyKey)
 	}
 	r.out.EngineTLS = TLSFiles{CA: ca, ClientCert: cert}
 	return nil

@@ -305,3 +305,34 @@ func TestEffectiveSourceName(t *testing.T) {
 		t.Errorf("with spec.sourceName = %q, want docs", got)
 	}
 }
+
+func TestResolveDefaultEngineSecrets(t *testing.T) {
+	defaults := testDefaults
+	defaults.Engine = &agentsv1.EngineSpec{Address: "temporal.cloud:7233", Namespace: "prod",
+		TLS:             &agentsv1.EngineTLS{SecretRef: &agentsv1.SecretReference{Name: "engine-tls"}},
+		APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "engine", Key: "api-key"}}
+
+	_, blocker := Resolve(testAgent(), observed(secret("engine", map[string]string{"api-key": "k"})), defaults)
+	if blocker == nil || blocker.Reason != agentsv1.ReasonSecretNotFound ||
+		!strings.Contains(blocker.Message, `the operator's default engine.tls.secretRef: Secret "engine-tls" does not exist`) {
+		t.Fatalf("Resolve() = %v, want the default engine's TLS Secret reported missing", blocker)
+	}
+
+	resolved, blocker := Resolve(testAgent(), observed(
+		secret("engine", map[string]string{"api-key": "k"}),
+		secret("engine-tls", map[string]string{TLSCAKey: "ca"})), defaults)
+	if blocker != nil {
+		t.Fatal(blocker)
+	}
+	var digested []string
+	for _, d := range resolved.SecretDigests {
+		digested = append(digested, d.Secret+"/"+d.Key)
+	}
+	if want := []string{"engine/api-key", "engine-tls/ca.crt"}; !slices.Equal(digested, want) {
+		t.Errorf("secret digests = %v, want %v: the default engine's Secrets roll the workers too", digested, want)
+	}
+	uses := AgentSecretUses(testAgent(), defaults.Engine)
+	if len(uses) != 2 {
+		t.Errorf("AgentSecretUses with the default engine = %+v, want its API key and TLS Secret", uses)
+	}
+}

@@ -34,9 +34,17 @@ const (
 	LabelName      = "app.kubernetes.io/name"
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// LabelFlowClaim marks an Agent's worker ConfigMap with the Flow type
-	// claim it applied; see FlowClaim.
+	// LabelFlowClaim marks an Agent's worker Deployment with the Flow type
+	// claim its workers serve; see FlowClaim.
 	LabelFlowClaim = "agents.stepwise.run/flow-claim"
+	// LabelMediaStore marks an Agent's worker Deployment with the
+	// MediaStore its workers use, so the store is kept while they do.
+	LabelMediaStore = "agents.stepwise.run/media-store"
+	// LabelComponent says which part of an Agent's workers an object is.
+	LabelComponent = "app.kubernetes.io/component"
+	// ComponentWorkerConfig is the LabelComponent value of worker
+	// configuration ConfigMaps.
+	ComponentWorkerConfig = "worker-config"
 	// AnnotationConfigDigest is the config digest a pod template was rendered
 	// with; a new digest rolls the workers.
 	AnnotationConfigDigest = "agents.stepwise.run/config-digest"
@@ -50,7 +58,10 @@ const (
 	// operator caches only objects that carry it.
 	ManagedBy = "stepwise-operator"
 
-	workerAppName = "agent-worker"
+	workerAppName         = "agent-worker"
+	configVolume          = "config"
+	componentWorker       = "worker"
+	componentSessionGraph = "session-graph"
 )
 
 // Paths and ports inside a worker pod.
@@ -93,11 +104,31 @@ const (
 // WorkerName is the name of an Agent's Deployment and ServiceAccount.
 func WorkerName(agentName string) string { return agentName + "-worker" }
 
-// ConfigMapName is the name of an Agent's worker configuration ConfigMap.
-func ConfigMapName(agentName string) string { return agentName + "-worker-config" }
+// ConfigMapName is the name of the immutable worker configuration ConfigMap
+// with a config digest. Each configuration gets its own, so pods of an
+// earlier rollout, and a rollback, keep reading the configuration their
+// template names.
+func ConfigMapName(agentName, configDigest string) string {
+	sum := strings.TrimPrefix(configDigest, "sha256:")
+	return agentName + "-worker-config-" + sum[:min(10, len(sum))]
+}
 
 // GraphConfigMapName is the name of an Agent's session Flow graph ConfigMap.
 func GraphConfigMapName(agentName string) string { return agentName + "-session-graph" }
+
+// GraphFileName is the key of the graph document in its ConfigMap.
+const GraphFileName = "graph.json"
+
+// ConfigMapOf names the worker configuration ConfigMap a pod template
+// mounts, or "".
+func ConfigMapOf(template *corev1.PodTemplateSpec) string {
+	for _, v := range template.Spec.Volumes {
+		if v.Name == configVolume && v.ConfigMap != nil {
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
+}
 
 // TaskQueue is the engine task queue of a Flow type.
 func TaskQueue(flowType string) string { return TaskQueuePrefix + flowType }
@@ -162,18 +193,18 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 	agent := r.Agent
 	w := &WorkerObjects{Config: cfg, ConfigDocument: doc, ConfigDigest: digest}
 
-	w.ConfigMap = corev1ac.ConfigMap(ConfigMapName(agent.Name), agent.Namespace).
-		WithLabels(objectLabels(agent.Name)).
-		WithLabels(map[string]string{LabelFlowClaim: FlowClaim(r.Engine, agent.Spec.FlowType)}).
+	w.ConfigMap = corev1ac.ConfigMap(ConfigMapName(agent.Name, digest), agent.Namespace).
+		WithLabels(objectLabels(agent.Name, ComponentWorkerConfig)).
 		WithAnnotations(map[string]string{AnnotationConfigDigest: digest}).
 		WithOwnerReferences(ownerReference(agent)).
+		WithImmutable(true).
 		WithData(map[string]string{workerconfig.FileName: string(doc)})
 
 	serviceAccount := workers(agent).ServiceAccountName
 	if serviceAccount == "" {
 		serviceAccount = WorkerName(agent.Name)
 		w.ServiceAccount = corev1ac.ServiceAccount(serviceAccount, agent.Namespace).
-			WithLabels(objectLabels(agent.Name)).
+			WithLabels(objectLabels(agent.Name, componentWorker)).
 			WithOwnerReferences(ownerReference(agent))
 	}
 	w.Deployment = deployment(r, envs, serviceAccount, digest)
@@ -187,10 +218,10 @@ func Graph(agent *agentsv1.Agent, engineVersion string) (*PublishedGraph, error)
 		return nil, err
 	}
 	cm := corev1ac.ConfigMap(GraphConfigMapName(agent.Name), agent.Namespace).
-		WithLabels(objectLabels(agent.Name)).
+		WithLabels(objectLabels(agent.Name, componentSessionGraph)).
 		WithAnnotations(map[string]string{AnnotationGraphDigest: digest}).
 		WithOwnerReferences(ownerReference(agent)).
-		WithData(map[string]string{"graph.json": string(doc)})
+		WithData(map[string]string{GraphFileName: string(doc)})
 	return &PublishedGraph{Digest: digest, ConfigMap: cm}, nil
 }
 
@@ -421,8 +452,13 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		replicas = *w.Replicas
 	}
 
-	podLabels := objectLabels(agent.Name)
+	podLabels := objectLabels(agent.Name, componentWorker)
 	podLabels[LabelEngineVersion] = r.EngineVersion
+	deploymentLabels := objectLabels(agent.Name, componentWorker)
+	deploymentLabels[LabelFlowClaim] = FlowClaim(r.Engine, agent.Spec.FlowType)
+	if r.MediaStore != nil {
+		deploymentLabels[LabelMediaStore] = r.MediaStore.Name
+	}
 
 	env := []*corev1ac.EnvVarApplyConfiguration{
 		corev1ac.EnvVar().WithName(EnvPodName).WithValueFrom(
@@ -434,12 +470,12 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 	}
 
 	volumes := []*corev1ac.VolumeApplyConfiguration{
-		corev1ac.Volume().WithName("config").WithConfigMap(
-			corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(agent.Name))),
+		corev1ac.Volume().WithName(configVolume).WithConfigMap(
+			corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(agent.Name, digest))),
 		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 	}
 	mounts := []*corev1ac.VolumeMountApplyConfiguration{
-		corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+		corev1ac.VolumeMount().WithName(configVolume).WithMountPath(ConfigDir).WithReadOnly(true),
 		corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
 	}
 	if tls := r.Engine.TLS; tls != nil && tls.SecretRef != nil {
@@ -447,10 +483,17 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 			corev1ac.SecretVolumeSource().WithSecretName(tls.SecretRef.Name).WithDefaultMode(0o440)))
 		mounts = append(mounts, corev1ac.VolumeMount().WithName("engine-tls").WithMountPath(EngineTLSDir).WithReadOnly(true))
 	}
-	if ms := r.MediaStore; ms != nil && ms.Spec.LocalDirectory != nil && ms.Spec.LocalDirectory.PersistentVolumeClaimName != "" {
-		volumes = append(volumes, corev1ac.Volume().WithName("media").WithPersistentVolumeClaim(
-			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(ms.Spec.LocalDirectory.PersistentVolumeClaimName)))
-		mounts = append(mounts, corev1ac.VolumeMount().WithName("media").WithMountPath(ms.Spec.LocalDirectory.Root))
+	if ms := r.MediaStore; ms != nil && ms.Spec.LocalDirectory != nil {
+		local := ms.Spec.LocalDirectory
+		media := corev1ac.Volume().WithName("media")
+		if local.PersistentVolumeClaimName != "" {
+			media.WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(local.PersistentVolumeClaimName))
+		} else {
+			// Single-node use: every worker on the node shares the directory.
+			media.WithHostPath(corev1ac.HostPathVolumeSource().WithPath(local.Root).WithType(corev1.HostPathDirectoryOrCreate))
+		}
+		volumes = append(volumes, media)
+		mounts = append(mounts, corev1ac.VolumeMount().WithName("media").WithMountPath(local.Root))
 	}
 
 	probe := func(path string) *corev1ac.ProbeApplyConfiguration {
@@ -497,7 +540,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 
 	maxSurge, maxUnavailable := intstr.FromString("25%"), intstr.FromInt32(0)
 	return appsv1ac.Deployment(WorkerName(agent.Name), agent.Namespace).
-		WithLabels(objectLabels(agent.Name)).
+		WithLabels(deploymentLabels).
 		WithOwnerReferences(ownerReference(agent)).
 		WithSpec(appsv1ac.DeploymentSpec().
 			WithReplicas(replicas).
@@ -511,10 +554,11 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 				WithSpec(pod)))
 }
 
-func objectLabels(agentName string) map[string]string {
+func objectLabels(agentName, component string) map[string]string {
 	return map[string]string{
 		LabelName:      workerAppName,
 		LabelInstance:  agentName,
+		LabelComponent: component,
 		LabelManagedBy: ManagedBy,
 		LabelAgent:     agentName,
 	}

@@ -139,6 +139,15 @@ func TestRenderWorkerDeployment(t *testing.T) {
 				if got := spec.Template.Labels[LabelEngineVersion]; got != "0.1.0" {
 					t.Errorf("engine version label = %q", got)
 				}
+				if w.Deployment.Labels[LabelFlowClaim] != FlowClaim(*testDefaults.Engine, "SupportAgent") {
+					t.Errorf("Deployment labels = %v, want the Flow type claim", w.Deployment.Labels)
+				}
+				if got := *w.ConfigMap.Name; got != ConfigMapName("support", w.ConfigDigest) || !*w.ConfigMap.Immutable {
+					t.Errorf("config ConfigMap %s, want an immutable one named by the digest", got)
+				}
+				if ConfigMapOf(applyConfig[corev1.PodTemplateSpec](w.Deployment.Spec.Template)) != *w.ConfigMap.Name {
+					t.Error("the pod template does not mount the config ConfigMap")
+				}
 				if spec.Selector.MatchLabels[LabelAgent] != "support" || len(spec.Selector.MatchLabels) != 2 {
 					t.Errorf("selector = %v, want the two stable labels", spec.Selector.MatchLabels)
 				}
@@ -208,6 +217,22 @@ func TestRenderWorkerDeployment(t *testing.T) {
 						t.Errorf("media mounted at %s, want /media", *m.MountPath)
 					}
 				}
+			},
+		},
+		{
+			name:  "a local directory MediaStore without a claim is the node's directory",
+			agent: testAgent(withMediaStoreRef("media")),
+			obs:   observed(readyMediaStore("media")),
+			check: func(t *testing.T, w *WorkerObjects) {
+				for _, v := range w.Deployment.Spec.Template.Spec.Volumes {
+					if *v.Name == "media" {
+						if v.HostPath == nil || *v.HostPath.Path != "/media" {
+							t.Errorf("media volume = %+v, want hostPath /media", v)
+						}
+						return
+					}
+				}
+				t.Error("no media volume")
 			},
 		},
 		{

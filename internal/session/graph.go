@@ -209,6 +209,12 @@ func (g FlowGraph) Document() (doc []byte, digest string, err error) {
 		return nil, "", fmt.Errorf("encoding the session Flow graph: %w", err)
 	}
 	doc = append(doc, '\n')
+	return doc, Digest(doc), nil
+}
+
+// Digest is the digest of a graph document as published, so a reader can
+// tell whether a stored document is the one it expects.
+func Digest(doc []byte) string {
 	sum := sha256.Sum256(doc)
-	return doc, "sha256:" + hex.EncodeToString(sum[:]), nil
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/render"
+)
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&agentsv1.Agent{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&appsv1.Deployment{}).
+		Watches(&appsv1.ReplicaSet{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject)).
+		Watches(&agentsv1.ToolSource{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentToolSource))).
+		Watches(&agentsv1.MediaStore{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentMediaStore))).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencingSecret)).
+		Watches(&appsv1.Deployment{}, onLabelChange(render.LabelFlowClaim, func(ctx context.Context, _ client.Object, claim string) []reconcile.Request {
+			return r.claimRivals(ctx, claim)
+		})).
+		Watches(&agentsv1.Agent{}, r.rivalsOfDepartingAgent()).
+		Named("agent").
+		Complete(r)
+}
+
+// agentOfLabeledObject maps a worker ReplicaSet to its Agent.
+func agentOfLabeledObject(_ context.Context, obj client.Object) []reconcile.Request {
+	name, ok := obj.GetLabels()[render.LabelAgent]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+// agentsReferencing maps an object to the Agents in its namespace whose
+// index field names it.
+func (r *AgentReconciler) agentsReferencing(index string) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		return r.listAgents(ctx, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index: obj.GetName()})
+	}
+}
+
+// agentsReferencingSecret maps a Secret to every Agent that receives its
+// values: directly, or through a ToolSource or the MediaStore.
+func (r *AgentReconciler) agentsReferencingSecret(ctx context.Context, obj client.Object) []reconcile.Request {
+	ns, name := obj.GetNamespace(), obj.GetName()
+	requests := r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentSecret: name})
+	var toolSources agentsv1.ToolSourceList
+	if err := r.List(ctx, &toolSources, client.InNamespace(ns), client.MatchingFields{indexToolSourceSecret: name}); err != nil {
+		log.FromContext(ctx).Error(err, "listing ToolSources that reference a Secret", "secret", name)
+	}
+	for _, ts := range toolSources.Items {
+		requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentToolSource: ts.Name})...)
+	}
+	var mediaStores agentsv1.MediaStoreList
+	if err := r.List(ctx, &mediaStores, client.InNamespace(ns), client.MatchingFields{indexMediaStoreSecret: name}); err != nil {
+		log.FromContext(ctx).Error(err, "listing MediaStores that reference a Secret", "secret", name)
+	}
+	for _, ms := range mediaStores.Items {
+		requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentMediaStore: ms.Name})...)
+	}
+	return requests
+}
+
+func (r *AgentReconciler) listAgents(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	var agents agentsv1.AgentList
+	if err := r.List(ctx, &agents, opts...); err != nil {
+		log.FromContext(ctx).Error(err, "listing Agents to reconcile")
+		return nil
+	}
+	return requestsOf(&agents)
+}
+
+// claimRivals maps a Flow type claim to the Agents whose spec claims it.
+func (r *AgentReconciler) claimRivals(ctx context.Context, claim string) []reconcile.Request {
+	return r.listAgents(ctx, client.MatchingFields{indexAgentFlowClaim: claim})
+}
+
+// rivalsOfDepartingAgent wakes the other claimants of an Agent's Flow type
+// claim when the Agent is deleted, so a waiting Agent takes the claim over.
+func (r *AgentReconciler) rivalsOfDepartingAgent() handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], obj client.Object) {
+		agent, ok := obj.(*agentsv1.Agent)
+		if !ok {
+			return
+		}
+		if claim, ok := flowClaim(agent, r.Defaults); ok {
+			for _, req := range r.claimRivals(ctx, claim) {
+				q.Add(req)
+			}
+		}
+	}
+	return handler.Funcs{
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil {
+				enqueue(ctx, q, e.ObjectNew)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
+// onLabelChange calls requests with a label's old and new values when an
+// object appears with the label, gains, loses or changes it, or goes away
+// with it: a worker Deployment that moves to another claim or MediaStore
+// frees the old one and takes the new one.
+func onLabelChange(label string, requests func(ctx context.Context, obj client.Object, value string) []reconcile.Request) handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], obj client.Object, values ...string) {
+		for _, v := range values {
+			if v == "" {
+				continue
+			}
+			for _, req := range requests(ctx, obj, v) {
+				q.Add(req)
+			}
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object, e.Object.GetLabels()[label])
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			before, after := e.ObjectOld.GetLabels()[label], e.ObjectNew.GetLabels()[label]
+			if before != after {
+				enqueue(ctx, q, e.ObjectNew, before, after)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object, e.Object.GetLabels()[label])
+		},
+	}
+}
+
+// referencingSecret maps a Secret to the objects in its namespace whose
+// index field names it.
+func referencingSecret(c client.Reader, index string, newList func() client.ObjectList) handler.MapFunc {
+	return func(ctx context.Context, secret client.Object) []reconcile.Request {
+		list := newList()
+		if err := c.List(ctx, list, client.InNamespace(secret.GetNamespace()), client.MatchingFields{index: secret.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "listing objects that reference a Secret", "secret", secret.GetName())
+			return nil
+		}
+		return requestsOf(list)
+	}
+}
+
+// requestsOf makes one request per object of a list.
+func requestsOf(list client.ObjectList) []reconcile.Request {
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil // every list type of this API has items
+	}
+	out := make([]reconcile.Request, 0, len(items))
+	for _, item := range items {
+		if obj, ok := item.(client.Object); ok {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
+	}
+	return out
+}
