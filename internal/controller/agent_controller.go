@@ -243,28 +243,22 @@ func (r *AgentReconciler) publishGraph(ctx context.Context, agent *agentsv1.Agen
 // observeWorkers reads, for status, the worker Deployment and the graph
 // ConfigMap that this pass did not apply, and the Deployment's ReplicaSets.
 func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Agent, pass *agentPass) error {
-	if pass.deployment == nil {
-		deployment := &appsv1.Deployment{}
-		err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.WorkerName(agent.Name)}, deployment)
-		switch {
-		case err == nil && isControlledBy(deployment, agent):
-			pass.deployment = deployment
-		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("reading the worker Deployment: %w", err)
-		}
-	}
 	if pass.graph == nil {
 		graph := &corev1.ConfigMap{}
-		err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}, graph)
-		switch {
-		case err == nil && isControlledBy(graph, agent):
+		found, err := r.getOwned(ctx, agent, render.GraphConfigMapName(agent.Name), graph)
+		if err != nil {
+			return err
+		}
+		if found {
 			pass.graph = graph
-		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("reading the session Flow graph ConfigMap: %w", err)
 		}
 	}
 	if pass.deployment == nil {
-		return nil
+		deployment := &appsv1.Deployment{}
+		if found, err := r.getOwned(ctx, agent, render.WorkerName(agent.Name), deployment); err != nil || !found {
+			return err
+		}
+		pass.deployment = deployment
 	}
 	var replicaSets appsv1.ReplicaSetList
 	if err := r.List(ctx, &replicaSets, client.InNamespace(agent.Namespace), client.MatchingLabels(render.SelectorLabels(agent.Name))); err != nil {
@@ -276,6 +270,19 @@ func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Ag
 		}
 	}
 	return nil
+}
+
+// getOwned reads an object the Agent controls; found is false when it does
+// not exist or something else controls it.
+func (r *AgentReconciler) getOwned(ctx context.Context, agent *agentsv1.Agent, name string, obj client.Object) (found bool, err error) {
+	err = r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading %T %s: %w", obj, name, err)
+	}
+	return isControlledBy(obj, agent), nil
 }
 
 // pruneConfigMaps deletes the Agent's worker configurations that neither the
