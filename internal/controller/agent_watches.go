@@ -57,22 +57,22 @@ func (r *AgentReconciler) agentsReferencing(index string) handler.MapFunc {
 
 // agentsReferencingSecret maps a Secret to every Agent that receives its
 // values: directly, or through a ToolSource or the MediaStore.
-func (r *AgentReconciler) agentsReferencingSecret(ctx context.Context, obj client.Object) []reconcile.Request {
-	ns, name := obj.GetNamespace(), obj.GetName()
-	requests := r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentSecret: name})
-	var toolSources agentsv1.ToolSourceList
-	if err := r.List(ctx, &toolSources, client.InNamespace(ns), client.MatchingFields{indexToolSourceSecret: name}); err != nil {
-		log.FromContext(ctx).Error(err, "listing ToolSources that reference a Secret", "secret", name)
+func (r *AgentReconciler) agentsReferencingSecret(ctx context.Context, secret client.Object) []reconcile.Request {
+	ns := secret.GetNamespace()
+	requests := r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexSecret: secret.GetName()})
+	// Through a referencing ToolSource or MediaStore: the Agents that
+	// reference those in turn.
+	via := []struct {
+		objects    handler.MapFunc
+		agentIndex string
+	}{
+		{referencingSecret(r.Client, func() client.ObjectList { return &agentsv1.ToolSourceList{} }), indexAgentToolSource},
+		{referencingSecret(r.Client, func() client.ObjectList { return &agentsv1.MediaStoreList{} }), indexAgentMediaStore},
 	}
-	for _, ts := range toolSources.Items {
-		requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentToolSource: ts.Name})...)
-	}
-	var mediaStores agentsv1.MediaStoreList
-	if err := r.List(ctx, &mediaStores, client.InNamespace(ns), client.MatchingFields{indexMediaStoreSecret: name}); err != nil {
-		log.FromContext(ctx).Error(err, "listing MediaStores that reference a Secret", "secret", name)
-	}
-	for _, ms := range mediaStores.Items {
-		requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexAgentMediaStore: ms.Name})...)
+	for _, v := range via {
+		for _, ref := range v.objects(ctx, secret) {
+			requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{v.agentIndex: ref.Name})...)
+		}
 	}
 	return requests
 }
@@ -150,10 +150,10 @@ func onLabelChange(label string, requests func(ctx context.Context, obj client.O
 
 // referencingSecret maps a Secret to the objects in its namespace whose
 // index field names it.
-func referencingSecret(c client.Reader, index string, newList func() client.ObjectList) handler.MapFunc {
+func referencingSecret(c client.Reader, newList func() client.ObjectList) handler.MapFunc {
 	return func(ctx context.Context, secret client.Object) []reconcile.Request {
 		list := newList()
-		if err := c.List(ctx, list, client.InNamespace(secret.GetNamespace()), client.MatchingFields{index: secret.GetName()}); err != nil {
+		if err := c.List(ctx, list, client.InNamespace(secret.GetNamespace()), client.MatchingFields{indexSecret: secret.GetName()}); err != nil {
 			log.FromContext(ctx).Error(err, "listing objects that reference a Secret", "secret", secret.GetName())
 			return nil
 		}

@@ -23,14 +23,11 @@ const (
 	indexAgentToolSource = "agents.stepwise.run/tool-source"
 	// indexAgentMediaStore: an Agent by the name of its MediaStore.
 	indexAgentMediaStore = "agents.stepwise.run/media-store"
-	// indexAgentSecret: an Agent by the Secrets its own spec references.
-	indexAgentSecret = "agents.stepwise.run/secret"
+	// indexSecret: an Agent, ToolSource or MediaStore by the Secrets it
+	// references itself (an Agent's engine included).
+	indexSecret = "agents.stepwise.run/secret"
 	// indexAgentFlowClaim: an Agent by its Flow type claim, cluster-wide.
 	indexAgentFlowClaim = "agents.stepwise.run/flow-claim"
-	// indexToolSourceSecret: a ToolSource by the Secrets it references.
-	indexToolSourceSecret = "agents.stepwise.run/secret"
-	// indexMediaStoreSecret: a MediaStore by the Secrets it references.
-	indexMediaStoreSecret = "agents.stepwise.run/secret"
 )
 
 // SetupIndexes registers every field index the reconcilers use.
@@ -54,7 +51,7 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, defaults render.Default
 			}
 			return nil
 		}},
-		{&agentsv1.Agent{}, indexAgentSecret, func(o client.Object) []string {
+		{&agentsv1.Agent{}, indexSecret, func(o client.Object) []string {
 			return secretNames(agentSecretUses(o.(*agentsv1.Agent), defaults))
 		}},
 		{&agentsv1.Agent{}, indexAgentFlowClaim, func(o client.Object) []string {
@@ -63,10 +60,10 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, defaults render.Default
 			}
 			return nil
 		}},
-		{&agentsv1.ToolSource{}, indexToolSourceSecret, func(o client.Object) []string {
+		{&agentsv1.ToolSource{}, indexSecret, func(o client.Object) []string {
 			return secretNames(render.ToolSourceSecretUses(o.(*agentsv1.ToolSource), ""))
 		}},
-		{&agentsv1.MediaStore{}, indexMediaStoreSecret, func(o client.Object) []string {
+		{&agentsv1.MediaStore{}, indexSecret, func(o client.Object) []string {
 			return secretNames(render.MediaStoreSecretUses(o.(*agentsv1.MediaStore), ""))
 		}},
 	}

@@ -144,7 +144,7 @@ func (r *MediaStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&agentsv1.MediaStore{}).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(
-			referencingSecret(r.Client, indexMediaStoreSecret, func() client.ObjectList { return &agentsv1.MediaStoreList{} }))).
+			referencingSecret(r.Client, func() client.ObjectList { return &agentsv1.MediaStoreList{} }))).
 		Watches(&agentsv1.Agent{}, mediaStoresOfAgents()).
 		Watches(&appsv1.Deployment{}, onLabelChange(render.LabelMediaStore, func(_ context.Context, obj client.Object, name string) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}

@@ -81,7 +81,7 @@ func (r *ToolSourceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&agentsv1.ToolSource{}).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(
-			referencingSecret(r.Client, indexToolSourceSecret, func() client.ObjectList { return &agentsv1.ToolSourceList{} }))).
+			referencingSecret(r.Client, func() client.ObjectList { return &agentsv1.ToolSourceList{} }))).
 		Named("toolsource").
 		Complete(r)
 }
