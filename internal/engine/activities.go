@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+)
+
+// RunModelInput is RunModel's input: only the turn, so the model input is
+// loaded from committed state rather than carried in history on every call.
+type RunModelInput struct {
+	TurnID string `json:"turnId"`
+}
+
+// ToolStepInput is a tool Step's input: its own record only, so parallel
+// tool Steps never share state.
+type ToolStepInput struct {
+	TurnID         string                 `json:"turnId"`
+	Call           session.ToolCallRecord `json:"call"`
+	IdempotencyKey string                 `json:"idempotencyKey"`
+}
+
+// Activities are the effect Steps, run by a worker.
+type Activities struct {
+	// Runner makes the model calls and runs the tools.
+	Runner session.Runner
+	// State loads committed session state.
+	State StateLoader
+	// Events receives the Steps' events.
+	Events EventSink
+}
+
+// RunModel makes exactly one model call per attempt.
+func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.ModelOutcome, error) {
+	info := activity.GetInfo(ctx)
+	turn, err := a.State.LoadTurn(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.TurnID)
+	if err != nil {
+		return session.ModelOutcome{}, fmt.Errorf("loading the committed state of %s: %w", in.TurnID, err)
+	}
+	turn.Attempt = int(info.Attempt)
+	turn.Events = a.writer(ctx, in.TurnID)
+	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
+	stop := heartbeatInBackground(ctx)
+	defer stop()
+	return a.Runner.RunModelStep(ctx, turn)
+}
+
+// CallTool runs one read or idempotent write call; it is also registered as
+// CallSingleAttemptTool, whose retry policy allows one attempt.
+func (a *Activities) CallTool(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
+	info := activity.GetInfo(ctx)
+	events := a.writer(ctx, in.TurnID)
+	events.Write(session.NewEvent(session.EventToolCallStarted, in.TurnID, map[string]string{
+		"tool_call_id": in.Call.ID, "tool_name": in.Call.Name,
+	}))
+	// The heartbeat marks the attempt as started: a Step that heartbeated
+	// ran, so its failure is never recorded as "did not run".
+	activity.RecordHeartbeat(ctx, stepStartedMark)
+	stop := heartbeatInBackground(ctx)
+	defer stop()
+	return a.Runner.ExecuteToolCall(ctx, session.ToolExecution{
+		SessionID: info.WorkflowExecution.ID, TurnID: in.TurnID, Call: in.Call,
+		IdempotencyKey: in.IdempotencyKey, Attempt: int(info.Attempt),
+		Events: events, Heartbeat: func() { activity.RecordHeartbeat(ctx, stepStartedMark) },
+	})
+}
+
+// StateLoader loads the committed state a RunModel attempt works from.
+type StateLoader interface {
+	LoadTurn(ctx context.Context, sessionID, runID, turnID string) (session.TurnContext, error)
+}
+
+// QueryLoader loads committed state by querying the session workflow, which
+// answers from the worker that holds it.
+type QueryLoader struct {
+	Client client.Client
+}
+
+// LoadTurn queries the session for the turn's committed state.
+func (q QueryLoader) LoadTurn(ctx context.Context, sessionID, runID, turnID string) (session.TurnContext, error) {
+	resp, err := q.Client.QueryWorkflow(ctx, sessionID, runID, queryTurnContext, turnID)
+	if err != nil {
+		return session.TurnContext{}, err
+	}
+	var turn session.TurnContext
+	if err := resp.Get(&turn); err != nil {
+		return session.TurnContext{}, fmt.Errorf("decoding: %w", err)
+	}
+	return turn, nil
+}
+
+// QueryTurnContext is the query a StateLoader other than QueryLoader
+// answers, for tests that run the workflow in a test environment.
+const QueryTurnContext = queryTurnContext
+
+// stepStartedMark is the heartbeat detail of a tool Step that has started.
+const stepStartedMark = "started"
+
+// heartbeatInBackground heartbeats six times per heartbeat timeout until
+// stopped, so a Step that is alive is never timed out, and a dead worker is
+// found within one timeout.
+func heartbeatInBackground(ctx context.Context) (stop func()) {
+	timeout := activity.GetInfo(ctx).HeartbeatTimeout
+	if timeout <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		ticker := time.NewTicker(max(timeout/6, 100*time.Millisecond))
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				activity.RecordHeartbeat(ctx, stepStartedMark)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// stepWriter stamps a Step's events with its execution and attempt.
+type stepWriter struct {
+	sink      EventSink
+	sessionID string
+	turnID    string
+	stepID    string
+	attempt   int
+}
+
+func (a *Activities) writer(ctx context.Context, turnID string) stepWriter {
+	info := activity.GetInfo(ctx)
+	sink := a.Events
+	if sink == nil {
+		sink = discardEvents{}
+	}
+	return stepWriter{sink: sink, sessionID: info.WorkflowExecution.ID, turnID: turnID, stepID: info.ActivityID, attempt: int(info.Attempt)}
+}
+
+func (w stepWriter) Write(e session.Event) {
+	if e.TurnID == "" {
+		e.TurnID = w.turnID
+	}
+	e.StepExecutionID, e.Attempt = w.stepID, w.attempt
+	w.sink.Write(w.sessionID, e)
+}

@@ -1,0 +1,414 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+)
+
+// EventSink receives session events. Workflow code writes only while it is
+// not replaying, so events stay off the workflow history and are not
+// repeated when a worker rebuilds a session.
+type EventSink interface {
+	Write(sessionID string, e session.Event)
+}
+
+// discardEvents drops every event.
+type discardEvents struct{}
+
+func (discardEvents) Write(string, session.Event) {}
+
+// Flow is the session workflow of one Flow type.
+type Flow struct {
+	// Events receives the session events; nil drops them.
+	Events EventSink
+	// Timings are the Step limits.
+	Timings Timings
+}
+
+// run is one session workflow run: its state and the Steps it is in.
+type run struct {
+	ctx     workflow.Context
+	flow    *Flow
+	s       *session.State
+	active  map[session.StepName]int
+	shown   []string
+	stepSeq int
+}
+
+// Run is the session workflow: StartAgentSession, then turns for as long as
+// the session lives. A session never completes by itself.
+func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
+	if f.Events == nil {
+		f.Events = discardEvents{}
+	}
+	r := &run{
+		ctx: ctx, flow: f, active: map[session.StepName]int{},
+		s: session.NewState(workflow.GetInfo(ctx).WorkflowExecution.ID),
+	}
+	if err := r.register(); err != nil {
+		return err
+	}
+	r.emit("", r.s.Start(in.Start))
+	for {
+		if r.s.Turn == nil {
+			r.enter(session.StepAwaitUserMessage)
+			err := workflow.Await(ctx, r.s.CanBeginTurn)
+			r.leave(session.StepAwaitUserMessage)
+			if err != nil {
+				return err
+			}
+			r.emit("", r.s.BeginTurn())
+		}
+		if err := r.runTurn(); err != nil {
+			return err
+		}
+	}
+}
+
+// register installs the RPC handlers before the workflow first blocks, so
+// an update delivered with the start is handled.
+func (r *run) register() error {
+	s := r.s
+	if err := workflow.SetQueryHandler(r.ctx, QuerySnapshot, func() (session.Snapshot, error) {
+		return s.Snapshot(), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(r.ctx, QueryListMessages, func(req session.ListMessagesRequest) (session.MessagesPage, error) {
+		return s.ListMessages(req), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(r.ctx, queryTurnContext, func(turnID string) (session.TurnContext, error) {
+		return s.TurnContext(turnID)
+	}); err != nil {
+		return err
+	}
+	handlers := []struct {
+		name      string
+		handler   any
+		validator any
+	}{
+		{UpdateStartSession,
+			func(ctx workflow.Context, in session.StartInput) (bool, error) {
+				if err := workflow.Await(ctx, func() bool { return s.Started }); err != nil {
+					return false, err
+				}
+				return s.StartRequestID == in.RequestID, nil
+			}, nil},
+		{UpdateSendUserMessage,
+			func(ctx workflow.Context, req SendRequest) (bool, error) {
+				if _, err := s.QueueUserMessage(req.Text); err != nil {
+					return false, rejected(err)
+				}
+				return true, nil
+			},
+			func(ctx workflow.Context, req SendRequest) error { return rejected(s.CheckUserMessage(req.Text)) }},
+		{UpdateResolveInterrupt,
+			func(ctx workflow.Context, req session.ResolveRequest) (bool, error) {
+				events, err := s.Resolve(req, workflow.Now(ctx))
+				if err != nil {
+					return false, rejected(err)
+				}
+				r.emit(string(session.StepAwaitToolApproval)+"/"+req.InterruptID, events)
+				return true, nil
+			},
+			func(ctx workflow.Context, req session.ResolveRequest) error {
+				return rejected(s.CheckResolve(req, workflow.Now(ctx)))
+			}},
+		{UpdateAnswerQuestion,
+			func(ctx workflow.Context, req session.AnswerRequest) (bool, error) {
+				events, err := s.Answer(req, workflow.Now(ctx))
+				if err != nil {
+					return false, rejected(err)
+				}
+				r.emit(string(session.StepAwaitQuestionAnswer)+"/"+req.InterruptID, events)
+				return true, nil
+			},
+			func(ctx workflow.Context, req session.AnswerRequest) error {
+				return rejected(s.CheckAnswer(req, workflow.Now(ctx)))
+			}},
+	}
+	for _, h := range handlers {
+		opts := workflow.UpdateHandlerOptions{}
+		if h.validator != nil {
+			opts.Validator = h.validator
+		}
+		if err := workflow.SetUpdateHandlerWithOptions(r.ctx, h.name, h.handler, opts); err != nil {
+			return fmt.Errorf("registering %s: %w", h.name, err)
+		}
+	}
+	return nil
+}
+
+// runTurn runs the active turn to its end: model calls, and the tool calls
+// each one requests, until an answer completes it or a failure ends it.
+func (r *run) runTurn() error {
+	for r.s.Turn != nil {
+		turn := r.s.Turn
+		stepID := r.nextStepID(session.StepRunModel, turn.ID)
+		r.enter(session.StepRunModel)
+		var out session.ModelOutcome
+		err := workflow.ExecuteActivity(r.modelOptions(stepID), string(session.StepRunModel), RunModelInput{TurnID: turn.ID}).Get(r.ctx, &out)
+		r.leave(session.StepRunModel)
+		if err != nil {
+			if temporal.IsCanceledError(err) {
+				return err
+			}
+			// RecordTurnFailure.
+			r.emit(stepID, r.s.FailTurn(failureDetail(err)))
+			return nil
+		}
+		records, events := r.s.ApplyModelOutcome(out, workflow.Now(r.ctx))
+		r.emit(stepID, events)
+		if r.s.Turn == nil {
+			return nil
+		}
+		for _, rec := range records {
+			id := rec.ID
+			workflow.Go(r.ctx, func(ctx workflow.Context) { r.runToolCall(ctx, id) })
+		}
+		// ResumeTurn.
+		r.enter(session.StepResumeTurn)
+		err = workflow.Await(r.ctx, r.s.ToolCallsFinal)
+		r.leave(session.StepResumeTurn)
+		if err != nil {
+			return err
+		}
+		r.s.ResumeTurn()
+	}
+	return nil
+}
+
+// runToolCall moves one tool call through its Steps until its record is
+// final. Each call has its own coroutine and reads only its own record.
+func (r *run) runToolCall(ctx workflow.Context, id string) {
+	for {
+		rec := r.record(id)
+		if rec == nil || rec.Status.Final() {
+			return
+		}
+		var err error
+		switch rec.Status {
+		case session.ToolCallAwaitingApproval, session.ToolCallAwaitingAnswer:
+			err = r.awaitInterrupt(ctx, rec)
+		case session.ToolCallWaitingForTimer:
+			err = r.awaitTimer(ctx, rec)
+		case session.ToolCallApproved:
+			r.callTool(ctx, rec)
+		default:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *run) record(id string) *session.ToolCallRecord {
+	if r.s.Turn == nil {
+		return nil
+	}
+	return r.s.Turn.ToolCall(id)
+}
+
+// awaitInterrupt is AwaitToolApproval or AwaitQuestionAnswer: it waits for
+// the RPC that resolves the interrupt, or for its deadline on the engine's
+// timer. A timer that fires early, from rounding, waits again.
+func (r *run) awaitInterrupt(ctx workflow.Context, rec *session.ToolCallRecord) error {
+	step := session.WaitStep(*rec)
+	waiting := rec.Status
+	r.enter(step)
+	defer r.leave(step)
+	moved := func() bool { return r.record(rec.ID) != rec || rec.Status != waiting }
+	for !moved() {
+		in, ok := r.s.Interrupt(rec.ID)
+		if !ok || in.Deadline == nil {
+			return workflow.Await(ctx, moved)
+		}
+		wait := wholeSeconds(in.Deadline.Sub(workflow.Now(ctx)))
+		if wait > 0 {
+			done, err := workflow.AwaitWithTimeout(ctx, wait, moved)
+			if err != nil || done {
+				return err
+			}
+		}
+		r.emit(r.nextStepID(step, rec.ID), r.s.ExpireInterrupt(rec.ID, workflow.Now(ctx)))
+	}
+	return nil
+}
+
+// awaitTimer is AwaitTimer: a durable wait on the engine's timer.
+func (r *run) awaitTimer(ctx workflow.Context, rec *session.ToolCallRecord) error {
+	r.enter(session.StepAwaitTimer)
+	defer r.leave(session.StepAwaitTimer)
+	moved := func() bool { return r.record(rec.ID) != rec || rec.Status != session.ToolCallWaitingForTimer }
+	for !moved() {
+		wait := wholeSeconds(rec.WaitUntil.Sub(workflow.Now(ctx)))
+		if wait > 0 {
+			done, err := workflow.AwaitWithTimeout(ctx, wait, moved)
+			if err != nil || done {
+				return err
+			}
+		}
+		if !workflow.Now(ctx).Before(*rec.WaitUntil) {
+			r.emit(r.nextStepID(session.StepAwaitTimer, rec.ID), r.s.CompleteTimer(rec.ID))
+		}
+	}
+	return nil
+}
+
+// callTool is CallTool or CallSingleAttemptTool, and its failure route when
+// the attempts run out.
+func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
+	step := session.ToolStep(rec.Effect)
+	turnID := r.s.Turn.ID
+	stepID := r.nextStepID(step, rec.ID)
+	r.enter(step)
+	var out session.ToolOutcome
+	err := workflow.ExecuteActivity(r.toolOptions(ctx, stepID, rec), string(step), ToolStepInput{
+		TurnID: turnID, Call: *rec,
+		IdempotencyKey: session.IdempotencyKey(r.s.SessionID, turnID, rec.ID),
+	}).Get(ctx, &out)
+	r.leave(step)
+	if err == nil {
+		r.emit(stepID, r.s.RecordToolOutcome(rec.ID, out))
+		return
+	}
+	route := session.FailureRoute(rec.Effect)
+	r.enter(route)
+	r.emit(stepID, r.s.RecordToolStepExhausted(rec.ID, stepStarted(err), failureDetail(err)))
+	r.leave(route)
+}
+
+func (r *run) modelOptions(stepID string) workflow.Context {
+	t := r.flow.Timings
+	return workflow.WithActivityOptions(r.ctx, workflow.ActivityOptions{
+		ActivityID:             stepID,
+		StartToCloseTimeout:    t.ModelAttempt,
+		ScheduleToCloseTimeout: t.ModelWithin,
+		HeartbeatTimeout:       t.Heartbeat,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: t.RetryInterval, BackoffCoefficient: 2, MaximumAttempts: t.ModelAttempts,
+		},
+	})
+}
+
+func (r *run) toolOptions(ctx workflow.Context, stepID string, rec *session.ToolCallRecord) workflow.Context {
+	t := r.flow.Timings
+	attempts := int32(1)
+	if rec.Effect.Retried() {
+		attempts = t.ToolAttempts
+	}
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:             stepID,
+		StartToCloseTimeout:    t.ToolAttempt,
+		ScheduleToStartTimeout: t.ToolQueueTimeout,
+		HeartbeatTimeout:       t.Heartbeat,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: t.RetryInterval, BackoffCoefficient: 2, MaximumAttempts: attempts,
+		},
+	})
+}
+
+// nextStepID names one Step execution; all its attempts share the ID, which
+// events carry so a UI keeps only the newest attempt's text.
+func (r *run) nextStepID(step session.StepName, subject string) string {
+	r.stepSeq++
+	return fmt.Sprintf("%s/%s/%d", step, subject, r.stepSeq)
+}
+
+// emit writes events unless the workflow is replaying them.
+func (r *run) emit(stepID string, events []session.Event) {
+	if workflow.IsReplaying(r.ctx) {
+		return
+	}
+	for _, e := range events {
+		if e.StepExecutionID == "" {
+			e.StepExecutionID = stepID
+		}
+		r.flow.Events.Write(r.s.SessionID, e)
+	}
+}
+
+// enter and leave keep the active-Step search attribute current.
+func (r *run) enter(step session.StepName) {
+	r.active[step]++
+	r.showActive()
+}
+
+func (r *run) leave(step session.StepName) {
+	if r.active[step]--; r.active[step] <= 0 {
+		delete(r.active, step)
+	}
+	r.showActive()
+}
+
+func (r *run) showActive() {
+	steps := make([]string, 0, len(r.active))
+	for step := range r.active {
+		steps = append(steps, string(step))
+	}
+	slices.Sort(steps)
+	if slices.Equal(steps, r.shown) {
+		return
+	}
+	r.shown = steps
+	// An upsert that fails is logged by the SDK; the search is a view, and a
+	// session never stops for it.
+	_ = workflow.UpsertTypedSearchAttributes(r.ctx, activeStepsKey.ValueSet(steps))
+}
+
+// wholeSeconds rounds a wait up to whole seconds, as the engine's timers
+// for deadlines and durable waits run.
+func wholeSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1).Truncate(time.Second)
+}
+
+// stepStarted reports whether any attempt of a failed effect Step reached a
+// worker. Only a Step that timed out waiting in the queue, with no attempt
+// ever started or heartbeating, never ran.
+func stepStarted(err error) bool {
+	var actErr *temporal.ActivityError
+	if !errors.As(err, &actErr) {
+		return true
+	}
+	var timeout *temporal.TimeoutError
+	if !errors.As(err, &timeout) {
+		return true
+	}
+	return startedOnTimeout(timeout.TimeoutType(), actErr.StartedEventID(), timeout.HasLastHeartbeatDetails())
+}
+
+// startedOnTimeout decides for a timed-out Step: a queue timeout with no
+// started attempt and no heartbeat means no worker ever ran it.
+func startedOnTimeout(kind enumspb.TimeoutType, startedEventID int64, heartbeated bool) bool {
+	switch kind {
+	case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
+		return startedEventID > 0 || heartbeated
+	}
+	return true
+}
+
+// failureDetail is the innermost message of an activity failure: the
+// application's error or the timeout that ended the last attempt.
+func failureDetail(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
+}

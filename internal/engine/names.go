@@ -1,0 +1,94 @@
+// Package engine binds the session Flow to Temporal: one workflow per
+// session under the Agent's Flow type, an activity per effect Step, workflow
+// code for the waiting Steps and failure routes, updates for the RPCs,
+// queries for snapshots, and a search attribute of the Steps a session waits
+// in. The session's rules live in package session; this package only maps
+// them onto the engine.
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+)
+
+// RPC names: Temporal updates and queries of the session workflow.
+const (
+	UpdateStartSession     = "start_session"
+	UpdateSendUserMessage  = "send_user_message"
+	UpdateResolveInterrupt = "resolve_interrupt"
+	UpdateAnswerQuestion   = "answer_question"
+	QuerySnapshot          = "get_agent_snapshot"
+	QueryListMessages      = "list_agent_messages"
+	// queryTurnContext is how a RunModel attempt loads committed state, so
+	// model input never travels in activity inputs.
+	queryTurnContext = "stepwise_turn_context"
+)
+
+// ActiveStepsAttribute is the KeywordList search attribute of the Steps a
+// session is in, shared by every Flow type so one query finds every session
+// waiting for a person across agents.
+const ActiveStepsAttribute = "ActiveStepTypes"
+
+// activeStepsKey is the typed key of ActiveStepsAttribute.
+var activeStepsKey = temporal.NewSearchAttributeKeyKeywordList(ActiveStepsAttribute)
+
+// RejectedErrorType marks an RPC the session refused; clients turn it into
+// false.
+const RejectedErrorType = "stepwise.Rejected"
+
+// rejected turns a session rejection into the error an update validator
+// returns.
+func rejected(err error) error {
+	var r *session.Rejection
+	if errors.As(err, &r) {
+		return temporal.NewNonRetryableApplicationError(r.Reason, RejectedErrorType, nil)
+	}
+	return err
+}
+
+// SessionInput starts a session workflow.
+type SessionInput struct {
+	Start session.StartInput `json:"start"`
+}
+
+// SendRequest is send_user_message's input.
+type SendRequest struct {
+	Text string `json:"text"`
+}
+
+// Timings are the Step timeouts and retry limits. The defaults are the
+// seed's; a shorter heartbeat timeout finds a dead worker sooner at the cost
+// of more heartbeats.
+type Timings struct {
+	// ModelAttempt bounds one RunModel attempt.
+	ModelAttempt time.Duration
+	// ModelWithin bounds all RunModel attempts together.
+	ModelWithin time.Duration
+	// ModelAttempts is RunModel's attempt count.
+	ModelAttempts int32
+	// ToolAttempt bounds one tool Step attempt.
+	ToolAttempt time.Duration
+	// ToolAttempts is CallTool's attempt count.
+	ToolAttempts int32
+	// ToolQueueTimeout is how long a tool Step waits for a worker before
+	// it is recorded as not run.
+	ToolQueueTimeout time.Duration
+	// Heartbeat is the heartbeat timeout of every effect Step; the Step
+	// heartbeats in the background six times as often.
+	Heartbeat time.Duration
+	// RetryInterval is the first wait between attempts.
+	RetryInterval time.Duration
+}
+
+// DefaultTimings are the seed's Step limits.
+func DefaultTimings() Timings {
+	return Timings{
+		ModelAttempt: 15 * time.Minute, ModelWithin: 30 * time.Minute, ModelAttempts: 3,
+		ToolAttempt: 10 * time.Minute, ToolAttempts: 3, ToolQueueTimeout: 30 * time.Minute,
+		Heartbeat: 2 * time.Minute, RetryInterval: time.Second,
+	}
+}

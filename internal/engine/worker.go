@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+)
+
+// WorkerOptions configure a session worker.
+type WorkerOptions struct {
+	// FlowType is the workflow type the worker registers.
+	FlowType string
+	// TaskQueue is the Agent's task queue.
+	TaskQueue string
+	// TaskSlots is how many Steps run at once.
+	TaskSlots int
+	// Runner makes model calls and runs tools.
+	Runner session.Runner
+	// Events receives session events; nil drops them.
+	Events EventSink
+	// Timings are the Step limits; zero uses DefaultTimings.
+	Timings Timings
+	// Options are passed to the SDK worker, for tuning beyond the above.
+	Options worker.Options
+}
+
+// NewWorker returns a worker that runs the sessions of one Flow type.
+// Stopping it stops polling and lets running Steps finish within
+// Options.WorkerStopTimeout.
+func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
+	if o.Timings == (Timings{}) {
+		o.Timings = DefaultTimings()
+	}
+	opts := o.Options
+	opts.MaxConcurrentActivityExecutionSize = max(o.TaskSlots, 1)
+	opts.MaxConcurrentWorkflowTaskExecutionSize = max(o.TaskSlots, 2)
+	w := worker.New(c, o.TaskQueue, opts)
+	flow := &Flow{Events: o.Events, Timings: o.Timings}
+	w.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: o.FlowType})
+	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
+	w.RegisterActivityWithOptions(acts.RunModel, activity.RegisterOptions{Name: string(session.StepRunModel)})
+	w.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallTool)})
+	w.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallSingleAttemptTool)})
+	return w
+}
+
+// EnsureSearchAttribute registers the active-Step search attribute in the
+// namespace when it is missing. Clusters where workers may not manage
+// search attributes need it registered once by an administrator:
+// `temporal operator search-attribute create --name ActiveStepTypes --type KeywordList`.
+func EnsureSearchAttribute(ctx context.Context, c client.Client, namespace string) error {
+	list, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("listing the search attributes of namespace %s: %w", namespace, err)
+	}
+	if kind, ok := list.GetCustomAttributes()[ActiveStepsAttribute]; ok {
+		if kind != enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST {
+			return fmt.Errorf("search attribute %s of namespace %s is %s, not KeywordList", ActiveStepsAttribute, namespace, kind)
+		}
+		return nil
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace:        namespace,
+		SearchAttributes: map[string]enumspb.IndexedValueType{ActiveStepsAttribute: enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST},
+	})
+	if err != nil {
+		return fmt.Errorf("registering search attribute %s in namespace %s: %w", ActiveStepsAttribute, namespace, err)
+	}
+	return nil
+}

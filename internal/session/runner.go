@@ -1,0 +1,163 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+// Runner is the runner contract: what a RunModel Step and a tool Step call.
+// Each call may run again after a crash or retry, so a runner keeps no state
+// between calls and derives everything from its arguments.
+type Runner interface {
+	// RunModelStep makes at most one model call for the turn and stops
+	// before it runs any tool it can defer.
+	RunModelStep(ctx context.Context, turn TurnContext) (ModelOutcome, error)
+	// ExecuteToolCall runs one deferred tool call once.
+	ExecuteToolCall(ctx context.Context, call ToolExecution) (ToolOutcome, error)
+}
+
+// TurnContext is the committed state a RunModel Step works from.
+type TurnContext struct {
+	SessionID string `json:"sessionId"`
+	TurnID    string `json:"turnId"`
+	// Attempt is the one-based RunModel attempt.
+	Attempt int             `json:"attempt"`
+	Mode    InteractionMode `json:"mode"`
+	// Messages is every stored message in sequence order.
+	Messages []agent.Message `json:"messages"`
+	// ModelCalls counts the turn's model calls made so far.
+	ModelCalls int `json:"modelCalls"`
+	// RunState is empty for the turn's first model call.
+	RunState string `json:"runState,omitempty"`
+	// ToolCalls are the turn's final records.
+	ToolCalls []ToolCallRecord `json:"toolCalls,omitempty"`
+	// Events writes the Step's events; set by the engine binding.
+	Events EventWriter `json:"-"`
+	// Heartbeat records liveness; set by the engine binding.
+	Heartbeat func() `json:"-"`
+}
+
+// OutcomeKind says how a model call ended.
+type OutcomeKind string
+
+// Model outcomes.
+const (
+	// OutcomeTurnCompleted is a final answer, or a turn the runner ended.
+	OutcomeTurnCompleted OutcomeKind = "turn_completed"
+	// OutcomeToolCallsRequested asks for tool calls.
+	OutcomeToolCallsRequested OutcomeKind = "tool_calls_requested"
+)
+
+// ModelOutcome is what one RunModel Step returns.
+type ModelOutcome struct {
+	Kind OutcomeKind `json:"kind"`
+	// NewMessages are the turn's messages not stored yet, appended in this
+	// Step's commit.
+	NewMessages []agent.Message `json:"newMessages,omitempty"`
+	// ToolCalls are the requested calls in model order.
+	ToolCalls []DeferredToolCall `json:"toolCalls,omitempty"`
+	// RunState continues the turn after the tool calls.
+	RunState string `json:"runState,omitempty"`
+	// Usage is this model call's usage only.
+	Usage agent.Usage `json:"usage"`
+	// TurnError ends a completed turn as failed, without a retry.
+	TurnError string `json:"turnError,omitempty"`
+	// Options are the session options the Step worked with.
+	Options TurnOptions `json:"options"`
+	// Metadata describes the model call for tracing.
+	Metadata agent.CallMetadata `json:"metadata"`
+}
+
+// DeferredToolCall is one tool call the session runs in its own Step.
+type DeferredToolCall struct {
+	ID              string       `json:"id"`
+	Name            string       `json:"name"`
+	Arguments       string       `json:"arguments"`
+	Policy          agent.Policy `json:"policy"`
+	SourceReference string       `json:"sourceReference,omitempty"`
+}
+
+// ToolExecution is one approved tool call, handed to the runner by a tool
+// Step.
+type ToolExecution struct {
+	SessionID      string         `json:"sessionId"`
+	TurnID         string         `json:"turnId"`
+	Call           ToolCallRecord `json:"call"`
+	IdempotencyKey string         `json:"idempotencyKey"`
+	Attempt        int            `json:"attempt"`
+	Events         EventWriter    `json:"-"`
+	Heartbeat      func()         `json:"-"`
+}
+
+// ToolOutcomeKind says how a tool Step ended.
+type ToolOutcomeKind string
+
+// Tool outcomes.
+const (
+	ToolResultSucceeded      ToolOutcomeKind = "succeeded"
+	ToolResultFailed         ToolOutcomeKind = "failed"
+	ToolResultOutcomeUnknown ToolOutcomeKind = "outcome_unknown"
+)
+
+// ToolOutcome is the result of one tool Step. A failure the model should
+// see, and a write whose outcome is unknown, are outcomes rather than errors,
+// so they are recorded without a retry.
+type ToolOutcome struct {
+	Kind   ToolOutcomeKind `json:"kind"`
+	Output string          `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// EventWriter writes session events. Events are best effort and never part
+// of the session's durable state.
+type EventWriter interface {
+	Write(e Event)
+}
+
+// Event is one session event.
+type Event struct {
+	Type EventType `json:"type"`
+	// TurnID, StepExecutionID and Attempt let a UI group live text: within a
+	// Step execution, only the highest attempt's text counts.
+	TurnID          string          `json:"turnId,omitempty"`
+	StepExecutionID string          `json:"stepExecutionId,omitempty"`
+	Attempt         int             `json:"attempt,omitempty"`
+	Payload         json.RawMessage `json:"payload"`
+}
+
+// EventType names an event.
+type EventType string
+
+// Event types, as the seed's event table names them.
+const (
+	EventTurnStarted         EventType = "turn_started"
+	EventTurnCompleted       EventType = "turn_completed"
+	EventTurnFailed          EventType = "turn_failed"
+	EventTextDelta           EventType = "text_delta"
+	EventReasoningDelta      EventType = "reasoning_delta"
+	EventToolCallStarted     EventType = "tool_call_started"
+	EventToolCallFinished    EventType = "tool_call_finished"
+	EventToolCallDeferred    EventType = "tool_call_deferred"
+	EventInterruptRaised     EventType = "interrupt_raised"
+	EventInterruptResolved   EventType = "interrupt_resolved"
+	EventTimerStarted        EventType = "timer_started"
+	EventUsageRecorded       EventType = "usage_recorded"
+	EventToolTaskStarted     EventType = "tool_task_started"
+	EventPlanUpdated         EventType = "plan_updated"
+	EventCompactionStarted   EventType = "compaction_started"
+	EventCompactionFinished  EventType = "compaction_finished"
+	EventTurnSteered         EventType = "turn_steered"
+	EventTurnCancelled       EventType = "turn_cancelled"
+	EventPlanExecutionStarted EventType = "plan_execution_started"
+)
+
+// NewEvent builds an event with a JSON payload.
+func NewEvent(t EventType, turnID string, payload any) Event {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		raw = []byte("{}")
+	}
+	return Event{Type: t, TurnID: turnID, Payload: raw}
+}

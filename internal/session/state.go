@@ -1,0 +1,587 @@
+package session
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+// State is a session's durable state. The engine binding holds it and calls
+// the methods below from its Steps and RPC handlers; each method is one
+// commit: it changes the state and returns the events to write.
+type State struct {
+	SessionID string `json:"sessionId"`
+	// StartRequestID identifies the start_session call that started the
+	// session, so a repeated call can tell it started it.
+	StartRequestID string          `json:"startRequestId"`
+	Started        bool            `json:"started"`
+	Status         Status          `json:"status"`
+	Mode           InteractionMode `json:"mode"`
+	// Messages are the stored messages in sequence order.
+	Messages     []agent.Message `json:"messages"`
+	NextSequence int64           `json:"nextSequence"`
+	TurnCount    int             `json:"turnCount"`
+	Turn         *Turn           `json:"turn,omitempty"`
+	Interrupts   []Interrupt     `json:"interrupts,omitempty"`
+	Usage        agent.Usage     `json:"usage"`
+	Queued       []UserMessage   `json:"queued,omitempty"`
+	// NextMessageID numbers the user messages as they are queued.
+	NextMessageID int64 `json:"nextMessageId"`
+	// LastTurnError is set when a turn fails and cleared when a later turn
+	// completes.
+	LastTurnError string `json:"lastTurnError,omitempty"`
+}
+
+// Rejection is the reason an RPC returns false. Nothing changed.
+type Rejection struct {
+	Reason string
+}
+
+func (r *Rejection) Error() string { return r.Reason }
+
+func reject(format string, args ...any) error {
+	return &Rejection{Reason: fmt.Sprintf(format, args...)}
+}
+
+// StartInput starts a session.
+type StartInput struct {
+	// RequestID identifies the start call.
+	RequestID string `json:"requestId"`
+	// InitialMessage, when not blank, starts the first turn.
+	InitialMessage string `json:"initialMessage,omitempty"`
+}
+
+// NewState returns the state of a session that has not started.
+func NewState(sessionID string) *State {
+	return &State{SessionID: sessionID, NextSequence: 1, NextMessageID: 1}
+}
+
+// Start is StartAgentSession: it initializes the session, and a non-blank
+// initial message starts the first turn at once.
+func (s *State) Start(in StartInput) []Event {
+	s.Started = true
+	s.StartRequestID = in.RequestID
+	s.Status = StatusWaitingForUserMessage
+	s.Mode = ModeChat
+	if strings.TrimSpace(in.InitialMessage) == "" {
+		return nil
+	}
+	s.queue(in.InitialMessage)
+	return s.BeginTurn()
+}
+
+// CheckUserMessage is send_user_message's validator.
+func (s *State) CheckUserMessage(text string) error {
+	if !s.Started {
+		return reject("the session has not started")
+	}
+	if strings.TrimSpace(text) == "" {
+		return reject("the message text is blank")
+	}
+	return nil
+}
+
+// QueueUserMessage is send_user_message: the message waits for the running
+// turn to end.
+func (s *State) QueueUserMessage(text string) (UserMessage, error) {
+	if err := s.CheckUserMessage(text); err != nil {
+		return UserMessage{}, err
+	}
+	return s.queue(text), nil
+}
+
+func (s *State) queue(text string) UserMessage {
+	m := UserMessage{ID: fmt.Sprintf("msg-%d", s.NextMessageID), Text: text}
+	s.NextMessageID++
+	s.Queued = append(s.Queued, m)
+	return m
+}
+
+// CanBeginTurn reports whether AwaitUserMessage has a message to start a
+// turn with.
+func (s *State) CanBeginTurn() bool {
+	return s.Turn == nil && len(s.Queued) > 0
+}
+
+// BeginTurn is AwaitUserMessage taking the next queued message: it stores it
+// as the turn's first message and starts a chat turn.
+func (s *State) BeginTurn() []Event {
+	if !s.CanBeginTurn() {
+		return nil
+	}
+	msg := s.Queued[0]
+	s.Queued = s.Queued[1:]
+	s.TurnCount++
+	turn := &Turn{ID: fmt.Sprintf("turn-%d", s.TurnCount), Number: s.TurnCount, Mode: ModeChat, FirstSequence: s.NextSequence}
+	s.Turn = turn
+	s.Status = StatusRunningModel
+	s.Mode = turn.Mode
+	seq := s.store(agent.Message{Role: agent.RoleUser, Text: msg.Text})
+	return []Event{NewEvent(EventTurnStarted, turn.ID, map[string]any{"sequence": seq})}
+}
+
+// store appends a message to the active turn and returns its sequence.
+func (s *State) store(m agent.Message) int64 {
+	m.Sequence = s.NextSequence
+	if s.Turn != nil {
+		m.TurnID = s.Turn.ID
+	}
+	s.NextSequence++
+	s.Messages = append(s.Messages, m)
+	return m.Sequence
+}
+
+// TurnContext is the committed state a RunModel attempt of the turn works
+// from. It fails when the session is no longer in that turn's RunModel, so a
+// stale attempt never runs on another turn's state.
+func (s *State) TurnContext(turnID string) (TurnContext, error) {
+	if s.Turn == nil || s.Turn.ID != turnID || s.Status != StatusRunningModel {
+		return TurnContext{}, fmt.Errorf("session %s is not running a model call for %s", s.SessionID, turnID)
+	}
+	tc := TurnContext{
+		SessionID: s.SessionID, TurnID: turnID, Mode: s.Turn.Mode,
+		Messages: s.Messages, ModelCalls: s.Turn.ModelCalls, RunState: s.Turn.RunState,
+	}
+	for _, r := range s.Turn.ToolCalls {
+		tc.ToolCalls = append(tc.ToolCalls, *r)
+	}
+	return tc, nil
+}
+
+// ApplyModelOutcome is RunModel's commit. It returns the records of the tool
+// calls to start, in model order.
+func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallRecord, []Event) {
+	turn := s.Turn
+	if turn == nil {
+		return nil, nil
+	}
+	turn.Options = out.Options
+	var events []Event
+	if out.Usage != (agent.Usage{}) {
+		turn.ModelCalls += int(out.Usage.ModelCalls)
+		turn.Usage = turn.Usage.Add(out.Usage)
+		s.Usage = s.Usage.Add(out.Usage)
+		events = append(events, NewEvent(EventUsageRecorded, turn.ID, map[string]any{"recorded": out.Usage, "session": s.Usage}))
+	}
+	switch out.Kind {
+	case OutcomeToolCallsRequested:
+		if err := checkToolCallIDs(turn, out.ToolCalls); err != nil {
+			// The answer is not stored: its calls could never be paired
+			// with results a provider accepts.
+			return nil, append(events, s.FailTurn(err.Error())...)
+		}
+		for _, m := range out.NewMessages {
+			s.store(m)
+		}
+		turn.RunState = out.RunState
+		s.Status = StatusRunningTools
+		records := make([]*ToolCallRecord, 0, len(out.ToolCalls))
+		for _, call := range out.ToolCalls {
+			r, evs := s.deferToolCall(call, now)
+			records = append(records, r)
+			events = append(events, evs...)
+		}
+		return records, events
+	default:
+		for _, m := range out.NewMessages {
+			s.store(m)
+		}
+		if out.TurnError != "" {
+			return nil, append(events, s.endTurn(out.TurnError)...)
+		}
+		return nil, append(events, s.endTurn("")...)
+	}
+}
+
+func checkToolCallIDs(turn *Turn, calls []DeferredToolCall) error {
+	seen := map[string]bool{}
+	for _, r := range turn.ToolCalls {
+		seen[r.ID] = true
+	}
+	for _, c := range calls {
+		if c.ID == "" || strings.Contains(c.ID, "/") || seen[c.ID] {
+			return fmt.Errorf("%s; the model sent %q", ToolCallIDError, c.ID)
+		}
+		seen[c.ID] = true
+	}
+	return nil
+}
+
+// deferToolCall records one requested call and decides its first Step.
+func (s *State) deferToolCall(call DeferredToolCall, now time.Time) (*ToolCallRecord, []Event) {
+	turn := s.Turn
+	r := &ToolCallRecord{
+		ID: call.ID, Name: call.Name, Arguments: call.Arguments, Order: len(turn.ToolCalls),
+		Effect: call.Policy.Effect, RequiresApproval: call.Policy.ApprovalRequired(),
+		SourceReference: call.SourceReference,
+	}
+	turn.ToolCalls = append(turn.ToolCalls, r)
+	builtIn := agent.BuiltInTool(call.Name)
+	if builtIn == agent.BuiltInAskUser || builtIn == agent.BuiltInDurableWait || builtIn == agent.BuiltInWriteTodos {
+		if turn.Options.Enabled(builtIn) {
+			return r, s.deferBuiltIn(r, builtIn, now)
+		}
+	}
+	events := []Event{s.deferredEvent(r)}
+	if r.RequiresApproval {
+		r.Status = ToolCallAwaitingApproval
+		events = append(events, s.raise(Interrupt{ID: r.ID, Kind: InterruptApproval, Arguments: r.Arguments}, r, now))
+	} else {
+		r.Status = ToolCallApproved
+	}
+	return r, events
+}
+
+func (s *State) deferredEvent(r *ToolCallRecord) Event {
+	return NewEvent(EventToolCallDeferred, s.Turn.ID, map[string]any{
+		"tool_call_id": r.ID, "tool_name": r.Name, "effect": r.Effect, "requires_approval": r.RequiresApproval,
+	})
+}
+
+// deferBuiltIn routes a built-in call: no approval, the read effect, and a
+// call with invalid arguments fails at once.
+func (s *State) deferBuiltIn(r *ToolCallRecord, b agent.BuiltInTool, now time.Time) []Event {
+	r.BuiltIn, r.Effect, r.RequiresApproval = b, agent.EffectRead, false
+	events := []Event{s.deferredEvent(r)}
+	switch b {
+	case agent.BuiltInAskUser:
+		args, err := ParseAskUser(r.Arguments)
+		if err != nil {
+			return append(events, s.finish(r, ToolCallFailed, "", err.Error())...)
+		}
+		q := &Question{Text: args.Question, Choices: args.Choices, AllowsFreeText: args.AllowsFreeText}
+		r.Status, r.Question = ToolCallAwaitingAnswer, q
+		return append(events, s.raise(Interrupt{ID: r.ID, Kind: InterruptQuestion, Question: q}, r, now))
+	case agent.BuiltInDurableWait:
+		args, err := ParseDurableWait(r.Arguments, s.Turn.Options.MaxDurableWait)
+		if err != nil {
+			return append(events, s.finish(r, ToolCallFailed, "", err.Error())...)
+		}
+		until := now.Add(args.Duration)
+		r.Status, r.WaitUntil, r.WaitReason = ToolCallWaitingForTimer, &until, args.Reason
+		return append(events, NewEvent(EventTimerStarted, s.Turn.ID, map[string]any{
+			"tool_call_id": r.ID, "wait_until": until, "reason": args.Reason,
+		}))
+	default:
+		return append(events, s.finish(r, ToolCallFailed, "", "write_todos is not available on this worker: plans are not supported yet")...)
+	}
+}
+
+// raise adds an interrupt for a record, with the turn's deadline.
+func (s *State) raise(in Interrupt, r *ToolCallRecord, now time.Time) Event {
+	in.TurnID, in.ToolCallID, in.ToolName = s.Turn.ID, r.ID, r.Name
+	if d := s.Turn.Options.InterruptDeadline; d > 0 {
+		deadline := now.Add(d)
+		in.Deadline = &deadline
+	}
+	s.Interrupts = append(s.Interrupts, in)
+	payload := map[string]any{
+		"interrupt_id": in.ID, "tool_call_id": in.ToolCallID, "tool_name": in.ToolName,
+		"deadline": in.Deadline, "kind": in.Kind,
+	}
+	if in.Question != nil {
+		payload["question"], payload["choices"], payload["allows_free_text"] = in.Question.Text, in.Question.Choices, in.Question.AllowsFreeText
+	}
+	return NewEvent(EventInterruptRaised, s.Turn.ID, payload)
+}
+
+// finish makes a record final and writes tool_call_finished.
+func (s *State) finish(r *ToolCallRecord, status ToolCallStatus, output, errText string) []Event {
+	r.Status, r.Output, r.Error = status, output, errText
+	return []Event{NewEvent(EventToolCallFinished, s.Turn.ID, map[string]any{
+		"tool_call_id": r.ID, "tool_name": r.Name, "status": status,
+	})}
+}
+
+// Interrupt returns a pending interrupt.
+func (s *State) Interrupt(id string) (Interrupt, bool) {
+	for _, in := range s.Interrupts {
+		if in.ID == id {
+			return in, true
+		}
+	}
+	return Interrupt{}, false
+}
+
+func (s *State) removeInterrupt(id string) {
+	s.Interrupts = slices.DeleteFunc(s.Interrupts, func(in Interrupt) bool { return in.ID == id })
+}
+
+// ResolveRequest is resolve_interrupt's input.
+type ResolveRequest struct {
+	InterruptID      string `json:"interruptId"`
+	Approved         bool   `json:"approved"`
+	RejectionMessage string `json:"rejectionMessage,omitempty"`
+}
+
+// pendingInterrupt finds an interrupt that still waits at now.
+func (s *State) pendingInterrupt(id string, now time.Time) (Interrupt, *ToolCallRecord, error) {
+	in, ok := s.Interrupt(id)
+	if !ok || s.Turn == nil || s.Turn.ID != in.TurnID {
+		return Interrupt{}, nil, reject("interrupt %q is not pending", id)
+	}
+	if in.Deadline != nil && !now.Before(*in.Deadline) {
+		return Interrupt{}, nil, reject("interrupt %q is past its deadline", id)
+	}
+	r := s.Turn.ToolCall(in.ToolCallID)
+	if r == nil || r.Status.Final() {
+		return Interrupt{}, nil, reject("interrupt %q is not pending", id)
+	}
+	return in, r, nil
+}
+
+// CheckResolve is resolve_interrupt's validator.
+func (s *State) CheckResolve(req ResolveRequest, now time.Time) error {
+	in, _, err := s.pendingInterrupt(req.InterruptID, now)
+	if err != nil {
+		return err
+	}
+	if in.Kind == InterruptQuestion && req.Approved {
+		return reject("interrupt %q is a question: answer it with answer_question, or decline it", req.InterruptID)
+	}
+	return nil
+}
+
+// Resolve is resolve_interrupt: approve or reject a tool call, or decline a
+// question. It removes the interrupt and applies the answer in one commit.
+func (s *State) Resolve(req ResolveRequest, now time.Time) ([]Event, error) {
+	if err := s.CheckResolve(req, now); err != nil {
+		return nil, err
+	}
+	in, r, _ := s.pendingInterrupt(req.InterruptID, now)
+	s.removeInterrupt(in.ID)
+	resolved := map[string]any{"interrupt_id": in.ID, "approved": req.Approved, "kind": in.Kind, "answered": false}
+	var events []Event
+	switch {
+	case in.Kind == InterruptQuestion:
+		events = s.finish(r, ToolCallRejected, DeclinedAnswerText, "")
+	case req.Approved:
+		r.Status = ToolCallApproved
+	default:
+		r.RejectionMessage = req.RejectionMessage
+		resolved["rejection_message"] = req.RejectionMessage
+		events = s.finish(r, ToolCallRejected, "", "")
+	}
+	return append([]Event{NewEvent(EventInterruptResolved, in.TurnID, resolved)}, events...), nil
+}
+
+// AnswerRequest is answer_question's input.
+type AnswerRequest struct {
+	InterruptID string `json:"interruptId"`
+	Answer      string `json:"answer"`
+}
+
+// CheckAnswer is answer_question's validator.
+func (s *State) CheckAnswer(req AnswerRequest, now time.Time) error {
+	in, _, err := s.pendingInterrupt(req.InterruptID, now)
+	if err != nil {
+		return err
+	}
+	if in.Kind != InterruptQuestion {
+		return reject("interrupt %q is not a question", req.InterruptID)
+	}
+	if err := in.Question.CheckAnswer(req.Answer); err != nil {
+		return reject("%v", err)
+	}
+	return nil
+}
+
+// Answer is answer_question: the answer becomes the ask_user call's result.
+func (s *State) Answer(req AnswerRequest, now time.Time) ([]Event, error) {
+	if err := s.CheckAnswer(req, now); err != nil {
+		return nil, err
+	}
+	in, r, _ := s.pendingInterrupt(req.InterruptID, now)
+	s.removeInterrupt(in.ID)
+	events := []Event{NewEvent(EventInterruptResolved, in.TurnID, map[string]any{
+		"interrupt_id": in.ID, "approved": true, "kind": in.Kind, "answered": true,
+	})}
+	output := jsonText(map[string]string{"status": "answered", "answer": req.Answer})
+	return append(events, s.finish(r, ToolCallSucceeded, output, "")...), nil
+}
+
+// ExpireInterrupt is the deadline Timer of an approval or question firing:
+// a call still waiting is rejected. A Timer that fires before the deadline,
+// or after the answer, changes nothing.
+func (s *State) ExpireInterrupt(id string, now time.Time) []Event {
+	in, ok := s.Interrupt(id)
+	if !ok || in.Deadline == nil || now.Before(*in.Deadline) || s.Turn == nil {
+		return nil
+	}
+	r := s.Turn.ToolCall(in.ToolCallID)
+	if r == nil || r.Status.Final() {
+		return nil
+	}
+	s.removeInterrupt(id)
+	events := []Event{NewEvent(EventInterruptResolved, in.TurnID, map[string]any{
+		"interrupt_id": in.ID, "approved": false, "kind": in.Kind, "answered": false,
+	})}
+	if in.Kind == InterruptQuestion {
+		return append(events, s.finish(r, ToolCallRejected, QuestionDeadlineText, "")...)
+	}
+	r.RejectionMessage = ApprovalDeadlineText
+	return append(events, s.finish(r, ToolCallRejected, "", "")...)
+}
+
+// CompleteTimer is a durable wait's Timer firing.
+func (s *State) CompleteTimer(id string) []Event {
+	r := s.activeRecord(id)
+	if r == nil || r.Status != ToolCallWaitingForTimer {
+		return nil
+	}
+	var waited int64
+	if r.WaitUntil != nil {
+		args, err := ParseDurableWait(r.Arguments, s.Turn.Options.MaxDurableWait)
+		if err == nil {
+			waited = int64(args.Duration / time.Second)
+		}
+	}
+	output := jsonText(map[string]any{"status": "completed", "waited_seconds": waited, "reason": r.WaitReason})
+	return s.finish(r, ToolCallSucceeded, output, "")
+}
+
+func (s *State) activeRecord(id string) *ToolCallRecord {
+	if s.Turn == nil {
+		return nil
+	}
+	return s.Turn.ToolCall(id)
+}
+
+// RecordToolOutcome is a tool Step's commit. A record that is already final
+// keeps its outcome.
+func (s *State) RecordToolOutcome(id string, out ToolOutcome) []Event {
+	r := s.activeRecord(id)
+	if r == nil || r.Status.Final() {
+		return nil
+	}
+	switch out.Kind {
+	case ToolResultSucceeded:
+		return s.finish(r, ToolCallSucceeded, out.Output, "")
+	case ToolResultFailed:
+		return s.finish(r, ToolCallFailed, "", out.Error)
+	default:
+		return s.finish(r, ToolCallOutcomeUnknown, "", out.Error)
+	}
+}
+
+// RecordToolStepExhausted is the failure route of a tool Step whose attempts
+// ran out (RecordToolFailure for reads and idempotent writes,
+// RecordToolOutcomeUnknown otherwise). A call whose Step never reached a
+// worker did not run, whatever its effect; otherwise a read failed and a
+// write may have taken effect.
+func (s *State) RecordToolStepExhausted(id string, started bool, detail string) []Event {
+	r := s.activeRecord(id)
+	if r == nil || r.Status.Final() {
+		return nil
+	}
+	switch {
+	case !started:
+		return s.finish(r, ToolCallFailed, "", ToolCallNotRunPrefix+": "+detail)
+	case r.Effect == agent.EffectRead:
+		return s.finish(r, ToolCallFailed, "", detail)
+	default:
+		return s.finish(r, ToolCallOutcomeUnknown, "", detail)
+	}
+}
+
+// FailureRoute names the Step that records a tool call whose attempts ran
+// out.
+func FailureRoute(effect agent.Effect) StepName {
+	if effect.Retried() {
+		return StepRecordToolFailure
+	}
+	return StepRecordToolOutcomeUnknown
+}
+
+// ToolStep names the Step that runs an approved call.
+func ToolStep(effect agent.Effect) StepName {
+	if effect.Retried() {
+		return StepCallTool
+	}
+	return StepCallSingleAttemptTool
+}
+
+// WaitStep names the Step a record waits in, or "" when it does not wait
+// for a person or timer.
+func WaitStep(r ToolCallRecord) StepName {
+	switch r.Status {
+	case ToolCallAwaitingApproval:
+		return StepAwaitToolApproval
+	case ToolCallAwaitingAnswer:
+		return StepAwaitQuestionAnswer
+	case ToolCallWaitingForTimer:
+		return StepAwaitTimer
+	}
+	return ""
+}
+
+// ToolCallsFinal reports whether every record of the turn is final:
+// ResumeTurn's condition.
+func (s *State) ToolCallsFinal() bool {
+	if s.Turn == nil {
+		return true
+	}
+	for _, r := range s.Turn.ToolCalls {
+		if !r.Status.Final() {
+			return false
+		}
+	}
+	return true
+}
+
+// ResumeTurn stores the results of the turn's final records that are not
+// stored yet, in model order, and moves to the next model call.
+func (s *State) ResumeTurn() {
+	if s.Turn == nil {
+		return
+	}
+	s.storeResults()
+	s.Turn.RunState = ""
+	s.Status = StatusRunningModel
+}
+
+func (s *State) storeResults() {
+	for _, r := range s.Turn.ToolCalls {
+		if r.Status.Final() && !r.ResultStored {
+			r.ResultStored = true
+			s.store(agent.Message{Role: agent.RoleTool, ToolCallID: r.ID, ToolName: r.Name, Text: DescribeOutcome(*r)})
+		}
+	}
+}
+
+// FailTurn is RecordTurnFailure: it stores the results of the calls that
+// ran and one note listing them, records the error, and ends the turn.
+func (s *State) FailTurn(errText string) []Event {
+	if s.Turn == nil {
+		return nil
+	}
+	s.storeResults()
+	if note := TurnFailureNote(s.Turn.ToolCalls); note != "" {
+		s.store(agent.Message{Role: agent.RoleUser, Text: note})
+	}
+	return s.endTurn(errText)
+}
+
+// endTurn clears the turn's records and run state; an error fails it.
+func (s *State) endTurn(errText string) []Event {
+	turn := s.Turn
+	s.Interrupts = slices.DeleteFunc(s.Interrupts, func(in Interrupt) bool { return in.TurnID == turn.ID })
+	s.Turn = nil
+	s.Status = StatusWaitingForUserMessage
+	s.Mode = ModeChat
+	count := 0
+	for _, m := range s.Messages {
+		if m.TurnID == turn.ID {
+			count++
+		}
+	}
+	if errText != "" {
+		s.LastTurnError = errText
+		return []Event{NewEvent(EventTurnFailed, turn.ID, map[string]any{"error": errText})}
+	}
+	s.LastTurnError = ""
+	return []Event{NewEvent(EventTurnCompleted, turn.ID, map[string]any{"message_count": count})}
+}

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Definition is an agent: its instructions, model, tools and limits. The
+// worker builds one from the Agent's rendered configuration and the function
+// tools compiled into its image.
+type Definition struct {
+	// Name names the agent.
+	Name string
+	// Instructions are the system instructions of every model call.
+	Instructions string
+	// Model makes the model calls.
+	Model ModelClient
+	// ModelSettings tune every model call.
+	ModelSettings ModelSettings
+	// Tools are the function tools.
+	Tools []Tool
+	// ToolPolicies override a tool's effect class and approval by name.
+	ToolPolicies map[string]Policy
+	// DefaultToolEffect is the effect of a tool with no policy and no
+	// metadata of its own.
+	DefaultToolEffect Effect
+	// BuiltInTools are the built-in tools the model is offered; their names
+	// are reserved.
+	BuiltInTools []BuiltInTool
+	// MaxModelCallsPerTurn bounds the model calls of one turn.
+	MaxModelCallsPerTurn int
+	// InterruptDeadline bounds how long an approval or question waits; zero
+	// waits forever.
+	InterruptDeadline time.Duration
+	// MaxDurableWait bounds one durable_wait.
+	MaxDurableWait time.Duration
+}
+
+// Defaults of a definition, as the seed's session options set them.
+const (
+	DefaultMaxModelCallsPerTurn = 100
+	DefaultMaxDurableWait       = 365 * 24 * time.Hour
+)
+
+// WithDefaults fills the fields left zero.
+func (d Definition) WithDefaults() Definition {
+	if d.DefaultToolEffect == "" {
+		d.DefaultToolEffect = EffectUnclassified
+	}
+	if d.MaxModelCallsPerTurn == 0 {
+		d.MaxModelCallsPerTurn = DefaultMaxModelCallsPerTurn
+	}
+	if d.MaxDurableWait == 0 {
+		d.MaxDurableWait = DefaultMaxDurableWait
+	}
+	return d
+}
+
+// Validate refuses a definition the session cannot run, naming the field.
+func (d Definition) Validate() error {
+	var problems []error
+	if d.Model == nil {
+		problems = append(problems, errors.New("model is required"))
+	}
+	if d.DefaultToolEffect != "" && !d.DefaultToolEffect.Valid() {
+		problems = append(problems, fmt.Errorf("defaultToolEffect: unknown effect %q", d.DefaultToolEffect))
+	}
+	if d.MaxModelCallsPerTurn < 0 {
+		problems = append(problems, fmt.Errorf("maxModelCallsPerTurn must be at least 1, not %d", d.MaxModelCallsPerTurn))
+	}
+	enabled := map[string]bool{}
+	for _, b := range d.BuiltInTools {
+		enabled[string(b)] = true
+	}
+	names := map[string]bool{}
+	for _, t := range d.Tools {
+		switch {
+		case t.run == nil:
+			problems = append(problems, fmt.Errorf("tool %q was not built with NewTool", t.Name))
+		case enabled[t.Name]:
+			problems = append(problems, fmt.Errorf("tool %s uses the name of an enabled built-in tool", t.Name))
+		case names[t.Name]:
+			problems = append(problems, fmt.Errorf("two function tools are named %s", t.Name))
+		}
+		names[t.Name] = true
+	}
+	for name, p := range d.ToolPolicies {
+		if !p.Effect.Valid() {
+			problems = append(problems, fmt.Errorf("toolPolicies[%s]: unknown effect %q", name, p.Effect))
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// ResolvePolicy returns the policy of a tool: the explicit policy, else the
+// tool's own metadata (frameworkEffect, or a function tool's policy), else
+// the default effect with its default approval.
+func (d Definition) ResolvePolicy(name string, frameworkEffect Effect) Policy {
+	if p, ok := d.ToolPolicies[name]; ok {
+		return p
+	}
+	if frameworkEffect != "" {
+		return Policy{Effect: frameworkEffect}
+	}
+	for _, t := range d.Tools {
+		if t.Name == name {
+			return t.Policy
+		}
+	}
+	effect := d.DefaultToolEffect
+	if effect == "" {
+		effect = EffectUnclassified
+	}
+	return Policy{Effect: effect}
+}
+
+// Tool returns the function tool of that name.
+func (d Definition) Tool(name string) (Tool, bool) {
+	for _, t := range d.Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// ModelClient makes model calls. A call sends exactly one request with no
+// retries of its own (the RunModel Step's retry policy decides), sends the
+// whole input every time with no provider-side conversation state, and
+// returns each output item provider-exact.
+type ModelClient interface {
+	// CallModel makes one model call, streaming text and reasoning deltas to
+	// out as they arrive.
+	CallModel(ctx context.Context, req ModelRequest, out OutputWriter) (ModelResponse, error)
+	// EstimateInputTokens estimates the request's input size without I/O,
+	// for compaction.
+	EstimateInputTokens(req ModelRequest) int64
+}
+
+// ToolChoice says whether the model may, must, or must not call tools.
+type ToolChoice string
+
+// Tool choices.
+const (
+	ToolChoiceAuto     ToolChoice = "auto"
+	ToolChoiceRequired ToolChoice = "required"
+	ToolChoiceNone     ToolChoice = "none"
+)
+
+// ModelRequest is the whole input of one model call, built from committed
+// session state.
+type ModelRequest struct {
+	// Instructions are the agent's instructions.
+	Instructions string `json:"instructions,omitempty"`
+	// Input is every stored message in sequence order; each assistant
+	// tool call is followed by its result.
+	Input []Message `json:"input"`
+	// Tools are the tools offered to this call.
+	Tools []ToolDefinition `json:"tools,omitempty"`
+	// ToolChoice constrains tool use.
+	ToolChoice ToolChoice `json:"toolChoice,omitempty"`
+	// Settings are the model settings.
+	Settings ModelSettings `json:"settings"`
+}
+
+// ModelSettings tune a model call.
+type ModelSettings struct {
+	MaxOutputTokens int64  `json:"maxOutputTokens,omitempty"`
+	ReasoningEffort string `json:"reasoningEffort,omitempty"`
+}
+
+// ToolDefinition is a tool as offered to a model.
+type ToolDefinition struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Parameters is the JSON Schema of the arguments.
+	Parameters json.RawMessage `json:"parameters"`
+}
+
+// ModelResponse is the result of one model call.
+type ModelResponse struct {
+	// Output is the model's output items in order.
+	Output []OutputItem `json:"output"`
+	// Usage is this call's usage only.
+	Usage Usage `json:"usage"`
+	// Metadata describes the call for tracing; the session never stores it.
+	Metadata CallMetadata `json:"metadata"`
+}
+
+// Text joins the text items of the output.
+func (r ModelResponse) Text() string {
+	var text string
+	for _, item := range r.Output {
+		if item.Type == OutputText {
+			text += item.Text
+		}
+	}
+	return text
+}
+
+// ToolCalls lists the tool calls of the output in model order.
+func (r ModelResponse) ToolCalls() []ToolCall {
+	var calls []ToolCall
+	for _, item := range r.Output {
+		if item.Type == OutputToolCall && item.ToolCall != nil {
+			calls = append(calls, *item.ToolCall)
+		}
+	}
+	return calls
+}
+
+// CallMetadata names what a model call used, where the client knows it.
+type CallMetadata struct {
+	RequestModel  string   `json:"requestModel,omitempty"`
+	ResponseModel string   `json:"responseModel,omitempty"`
+	Provider      string   `json:"provider,omitempty"`
+	ResponseID    string   `json:"responseId,omitempty"`
+	FinishReasons []string `json:"finishReasons,omitempty"`
+}
+
+// OutputWriter receives a model call's streamed deltas as session events.
+// Writes are best effort and never fail the call.
+type OutputWriter interface {
+	TextDelta(text string)
+	ReasoningDelta(text string)
+}
+
+// EstimateTokens is the rule of thumb for clients without a tokenizer: about
+// four bytes of UTF-8 per token, counted over everything the request sends.
+func EstimateTokens(req ModelRequest) int64 {
+	n := len(req.Instructions)
+	for _, m := range req.Input {
+		n += len(m.Text)
+		for _, c := range m.ToolCalls {
+			n += len(c.Name) + len(c.Arguments)
+		}
+	}
+	for _, t := range req.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	return int64(n+3) / 4
+}
