@@ -57,7 +57,9 @@ func (r *recordedEvents) ofType(t session.EventType) []session.Event {
 
 // envLoader answers RunModel's state load with a query of the test
 // environment's workflow.
-type envLoader struct{ env *testsuite.TestWorkflowEnvironment }
+type envLoader struct {
+	env *testsuite.TestWorkflowEnvironment
+}
 
 func (l envLoader) LoadTurn(_ context.Context, _, _, turnID string) (session.TurnContext, error) {
 	v, err := l.env.QueryWorkflow(QueryTurnContext, turnID)

@@ -88,6 +88,10 @@ type Engine struct {
 	TaskQueue string     `json:"taskQueue"`
 	TLS       *TLS       `json:"tls,omitempty"`
 	APIKey    *SecretEnv `json:"apiKey,omitempty"`
+	// StepHeartbeatTimeout fails a Step attempt whose worker stopped
+	// heartbeating; zero keeps the default of two minutes. Shorter finds a
+	// dead worker sooner, at the cost of more heartbeats.
+	StepHeartbeatTimeout metav1.Duration `json:"stepHeartbeatTimeout,omitempty"`
 }
 
 // TLS configures TLS to the engine. Empty file names use the system's

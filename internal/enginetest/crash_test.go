@@ -1,0 +1,229 @@
+package enginetest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/client"
+)
+
+const waitLong = 60 * time.Second
+
+// lastAnswer waits until the session has finished count turns and returns
+// its last message.
+func lastAnswer(t *testing.T, sessions *client.Sessions, id string, turns int) string {
+	t.Helper()
+	var last string
+	Eventually(t, waitLong, "turn "+itoa(turns)+" to end", func() (bool, error) {
+		snap, err := sessions.Snapshot(context.Background(), id)
+		if err != nil || snap.State == nil {
+			return false, err
+		}
+		if snap.State.TurnCount < turns || snap.State.ActiveTurnID != "" {
+			return false, nil
+		}
+		last = snap.Messages[len(snap.Messages)-1].Text
+		return true, nil
+	})
+	return last
+}
+
+func callsOf(s *Stack, tool string) [][]string {
+	var out [][]string
+	for _, c := range s.Calls() {
+		if c[0] == tool {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func TestANonIdempotentWriteKilledMidCallIsOutcomeUnknownAndNeverRunsAgain(t *testing.T) {
+	s := NewStack(t, "CrashWrite")
+	sessions := client.New(s.Client, s.FlowType, "")
+	gate := s.Gate("write_once")
+	if err := gate.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	first := s.StartWorker()
+	ctx := context.Background()
+	if ok, err := sessions.Start(ctx, "s1", "tools: write_once"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	if err := gate.WaitReached(waitLong); err != nil {
+		t.Fatal(err)
+	}
+	first.Kill()
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	s.StartWorker()
+	answer := lastAnswer(t, sessions, "s1", 1)
+	if !strings.Contains(answer, session.OutcomeUnknownText) {
+		t.Errorf("the model saw %q, want the outcome-unknown text", answer)
+	}
+	if calls := callsOf(s, "write_once"); len(calls) != 1 {
+		t.Errorf("write_once ran %d times, want once: %v", len(calls), calls)
+	}
+}
+
+func TestAReadKilledMidCallRunsAgainWithTheSameIdempotencyKey(t *testing.T) {
+	s := NewStack(t, "CrashRead")
+	sessions := client.New(s.Client, s.FlowType, "")
+	gate := s.Gate("read_a")
+	if err := gate.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	first := s.StartWorker()
+	if ok, err := sessions.Start(context.Background(), "s1", "tools: read_a"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	if err := gate.WaitReached(waitLong); err != nil {
+		t.Fatal(err)
+	}
+	first.Kill()
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	second := s.StartWorker()
+	answer := lastAnswer(t, sessions, "s1", 1)
+	if answer != "results: read_a=read_a done: n1" {
+		t.Errorf("answer = %q", answer)
+	}
+	calls := callsOf(s, "read_a")
+	if len(calls) != 2 {
+		t.Fatalf("read_a ran %d times, want twice: %v", len(calls), calls)
+	}
+	if calls[0][1] != calls[1][1] || calls[0][1] != "s1/turn-1/c1" {
+		t.Errorf("idempotency keys = %q and %q, want s1/turn-1/c1 both times", calls[0][1], calls[1][1])
+	}
+	if calls[0][2] != "1" || calls[1][2] != "2" {
+		t.Errorf("attempts = %s and %s, want 1 and 2", calls[0][2], calls[1][2])
+	}
+	if calls[1][3] != itoa(second.Pid()) {
+		t.Errorf("the second attempt ran in pid %s, want the replacement worker %d", calls[1][3], second.Pid())
+	}
+}
+
+func TestAWorkerKilledWhileASessionWaitsForApprovalIsReplacedAndTheCallRunsOnce(t *testing.T) {
+	s := NewStack(t, "CrashApproval")
+	sessions := client.New(s.Client, s.FlowType, "")
+	first := s.StartWorker()
+	ctx := context.Background()
+	if ok, err := sessions.Start(ctx, "s1", "tools: write_approved"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	var interrupt string
+	Eventually(t, waitLong, "an approval", func() (bool, error) {
+		snap, err := sessions.Snapshot(ctx, "s1")
+		if err != nil || len(snap.PendingInterrupts) == 0 {
+			return false, err
+		}
+		interrupt = snap.PendingInterrupts[0].ID
+		return true, nil
+	})
+	Eventually(t, waitLong, "the session to be found waiting for approval", func() (bool, error) {
+		found, err := client.Waiting(ctx, s.Client, "default", client.StepAwaitToolApproval)
+		for _, w := range found {
+			if w.SessionID == "s1" && w.FlowType == s.FlowType {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	first.Kill()
+	s.StartWorker()
+	if ok, err := sessions.Approve(ctx, "s1", interrupt); !ok || err != nil {
+		t.Fatalf("Approve = %v, %v", ok, err)
+	}
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: write_approved=write_approved done: n1" {
+		t.Errorf("answer = %q", answer)
+	}
+	if calls := callsOf(s, "write_approved"); len(calls) != 1 {
+		t.Errorf("write_approved ran %d times, want once", len(calls))
+	}
+	Eventually(t, waitLong, "the session to leave the approval search", func() (bool, error) {
+		found, err := client.Waiting(ctx, s.Client, "default", client.StepAwaitToolApproval)
+		for _, w := range found {
+			if w.SessionID == "s1" {
+				return false, err
+			}
+		}
+		return err == nil, err
+	})
+}
+
+func TestAKillDuringRunModelRepeatsOnlyThatModelCall(t *testing.T) {
+	s := NewStack(t, "CrashModel")
+	sessions := client.New(s.Client, s.FlowType, "")
+	first := s.StartWorker()
+	ctx := context.Background()
+	if ok, err := sessions.Start(ctx, "s1", "tools: read_a"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	lastAnswer(t, sessions, "s1", 1)
+	before := len(s.ModelCalls())
+	gate := s.Gate("model")
+	if err := gate.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := sessions.Send(ctx, "s1", "gate-model hello"); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	if err := gate.WaitReached(waitLong); err != nil {
+		t.Fatal(err)
+	}
+	first.Kill()
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	second := s.StartWorker()
+	if answer := lastAnswer(t, sessions, "s1", 2); answer != "echo: gate-model hello" {
+		t.Errorf("answer = %q", answer)
+	}
+	calls := s.ModelCalls()[before:]
+	if len(calls) != 2 {
+		t.Fatalf("model calls after the kill = %v, want the killed call and its repeat", calls)
+	}
+	if calls[0][1] != calls[1][1] || calls[1][2] != itoa(second.Pid()) {
+		t.Errorf("the repeat %v differs from the killed call %v", calls[1], calls[0])
+	}
+	if reads := callsOf(s, "read_a"); len(reads) != 1 {
+		t.Errorf("read_a of the first turn ran %d times, want once", len(reads))
+	}
+}
+
+func TestTwoToolCallsOfOneResponseRunAtTheSameTime(t *testing.T) {
+	s := NewStack(t, "Parallel")
+	sessions := client.New(s.Client, s.FlowType, "")
+	a, b := s.Gate("read_a"), s.Gate("read_b")
+	for _, g := range []Gate{a, b} {
+		if err := g.Arm(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.StartWorker()
+	if ok, err := sessions.Start(context.Background(), "s1", "tools: read_a, read_b"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	// Neither call can finish before both started: each waits at its gate.
+	for _, g := range []Gate{a, b} {
+		if err := g.WaitReached(waitLong); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range []Gate{a, b} {
+		if err := g.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: read_a=read_a done: n1; read_b=read_b done: n2" {
+		t.Errorf("answer = %q", answer)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

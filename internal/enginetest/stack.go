@@ -1,0 +1,237 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	temporallog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/version"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+// TemporalCLIEnv names the Temporal CLI the tests start dev servers with;
+// `make test` sets it to the CLI it builds into bin/.
+const TemporalCLIEnv = "STEPWISE_TEMPORAL_CLI"
+
+// StartDevServer starts a Temporal dev server with the active-Step search
+// attribute registered, and stops it when the test ends.
+func StartDevServer(t testing.TB) *testsuite.DevServer {
+	t.Helper()
+	cli := os.Getenv(TemporalCLIEnv)
+	if cli == "" {
+		t.Fatalf("%s is not set: run the engine tests with `make test`, which builds the Temporal CLI into bin/", TemporalCLIEnv)
+	}
+	logger := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	server, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
+		ExistingPath:  cli,
+		ClientOptions: &client.Options{Namespace: "default", Logger: logger},
+		LogLevel:      "error",
+		SearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeywordList(engine.ActiveStepsAttribute).ValueSet(nil)),
+		Stdout: io.Discard, Stderr: io.Discard,
+	})
+	if err != nil {
+		t.Fatalf("starting the Temporal dev server: %v", err)
+	}
+	t.Cleanup(func() { _ = server.Stop() })
+	return server
+}
+
+var (
+	buildOnce sync.Once
+	built     string
+	buildErr  error
+)
+
+// workerBinary builds the test worker once per test process.
+func workerBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "stepwise-testworker-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		_, file, _, _ := runtime.Caller(0)
+		built = filepath.Join(dir, "testworker")
+		cmd := exec.Command("go", "build", "-o", built, "./testworker")
+		cmd.Dir = filepath.Dir(file)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building the test worker: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
+
+// Stack is a dev server and the worker processes of one Flow type.
+type Stack struct {
+	t        testing.TB
+	Dir      string
+	Server   *testsuite.DevServer
+	Client   client.Client
+	FlowType string
+	Config   workerconfig.Config
+	binary   string
+	workers  int
+}
+
+// NewStack starts a dev server for a Flow type whose workers run the test
+// worker with the "test" script.
+func NewStack(t testing.TB, flowType string) *Stack {
+	t.Helper()
+	server := StartDevServer(t)
+	s := &Stack{
+		t: t, Dir: t.TempDir(), Server: server, Client: server.Client(), FlowType: flowType,
+		binary: workerBinary(t),
+		Config: workerconfig.Config{
+			APIVersion: workerconfig.APIVersion, Kind: workerconfig.Kind,
+			Agent:    workerconfig.AgentRef{Namespace: "test", Name: "test"},
+			FlowType: flowType, EngineVersion: version.EngineVersion, TaskSlots: 10,
+			Engine: workerconfig.Engine{
+				Address: server.FrontendHostPort(), Namespace: "default", TaskQueue: "stepwise/" + flowType,
+				StepHeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second},
+			},
+			Definition: workerconfig.Definition{
+				Name: "test", Model: workerconfig.Model{Provider: "scripted", Name: "test"},
+				DefaultToolEffect: "unclassified",
+				Limits: workerconfig.Limits{
+					MaxModelCallsPerTurn: 100, MaxDurableWait: metav1.Duration{Duration: time.Hour},
+					EventStreamCapacityBytes: 1 << 20,
+				},
+			},
+		},
+	}
+	return s
+}
+
+// Worker is one worker child process in its own process group.
+type Worker struct {
+	cmd    *exec.Cmd
+	Health string
+	done   chan struct{}
+}
+
+// StartWorker starts a worker process and waits until it polls for tasks.
+func (s *Stack) StartWorker() *Worker {
+	s.t.Helper()
+	s.workers++
+	cfg := s.Config
+	cfg.HealthAddress = freeAddress(s.t)
+	doc, err := cfg.Encode()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	path := filepath.Join(s.Dir, fmt.Sprintf("worker-%d.json", s.workers))
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(s.Dir, fmt.Sprintf("worker-%d.log", s.workers)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cmd := exec.Command(s.binary, "--config="+path, "--stop-timeout=5s")
+	cmd.Env = append(os.Environ(), "STEPWISE_TEST_DIR="+s.Dir)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("starting a worker: %v", err)
+	}
+	w := &Worker{cmd: cmd, Health: cfg.HealthAddress, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(w.done) }()
+	s.t.Cleanup(w.Kill)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + w.Health + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return w
+			}
+		}
+		select {
+		case <-w.done:
+			log, _ := os.ReadFile(logFile.Name())
+			s.t.Fatalf("the worker exited before it was ready:\n%s", log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatal("the worker was not ready within 30s")
+		}
+	}
+}
+
+// Kill kills the worker's process group with SIGKILL and waits for it.
+func (w *Worker) Kill() {
+	if w.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	<-w.done
+}
+
+// Stop sends SIGTERM and waits for the worker to exit.
+func (w *Worker) Stop() {
+	_ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGTERM)
+	<-w.done
+}
+
+// Pid is the worker's process ID.
+func (w *Worker) Pid() int { return w.cmd.Process.Pid }
+
+// Gate returns a gate of the stack's workers.
+func (s *Stack) Gate(name string) Gate { return Gate{Dir: s.Dir, Name: name} }
+
+// Calls are the tool calls that ran: tool, idempotency key, attempt, pid.
+func (s *Stack) Calls() [][]string { return (&Log{Path: filepath.Join(s.Dir, "calls.log")}).Lines() }
+
+// ModelCalls are the model calls that ran: last user text, input length,
+// pid.
+func (s *Stack) ModelCalls() [][]string {
+	return (&Log{Path: filepath.Join(s.Dir, "models.log")}).Lines()
+}
+
+func freeAddress(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Eventually polls a condition until it holds or the timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not happen within %s (last error: %v)", what, timeout, lastErr)
+}

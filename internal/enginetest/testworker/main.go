@@ -1,0 +1,76 @@
+// Command testworker is the worker the engine integration tests run as a
+// child process: the stock worker with tools and a model that stop at file
+// gates and log every real call, so a test can kill it at an exact point and
+// count what ran.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/stepwise-run/stepwise/internal/enginetest"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+	"github.com/stepwise-run/stepwise/pkg/worker"
+)
+
+type noteArgs struct {
+	Note string `json:"note"`
+}
+
+func main() {
+	dir := os.Getenv("STEPWISE_TEST_DIR")
+	calls := &enginetest.Log{Path: filepath.Join(dir, "calls.log")}
+	models := &enginetest.Log{Path: filepath.Join(dir, "models.log")}
+	gated := func(name string, effect agent.Effect, opts ...agent.ToolOption) agent.Tool {
+		return agent.MustTool(name, "Records the call and stops at its gate.", effect,
+			func(ctx context.Context, call agent.ToolContext, a noteArgs) (string, error) {
+				if err := calls.Append(name, call.IdempotencyKey, strconv.Itoa(call.Attempt), strconv.Itoa(os.Getpid())); err != nil {
+					return "", err
+				}
+				if err := (enginetest.Gate{Dir: dir, Name: name}).Pass(ctx); err != nil {
+					return "", err
+				}
+				return name + " done: " + a.Note, nil
+			}, opts...)
+	}
+	tools := []agent.Tool{
+		gated("read_a", agent.EffectRead),
+		gated("read_b", agent.EffectRead),
+		gated("write_once", agent.EffectNonIdempotentWrite, agent.WithApproval(false)),
+		gated("write_approved", agent.EffectNonIdempotentWrite),
+	}
+	script := func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		texts := agent.UserTexts(req)
+		last := texts[len(texts)-1]
+		_ = models.Append(last, strconv.Itoa(len(req.Input)), strconv.Itoa(os.Getpid()))
+		if strings.Contains(last, "gate-model") {
+			if err := (enginetest.Gate{Dir: dir, Name: "model"}).Pass(context.Background()); err != nil {
+				return agent.ScriptedReply{}, err
+			}
+		}
+		if results := agent.ToolResults(req); len(results) > 0 {
+			parts := make([]string, 0, len(results))
+			for _, r := range results {
+				parts = append(parts, r.ToolName+"="+r.Output)
+			}
+			return agent.ScriptedReply{Text: "results: " + strings.Join(parts, "; ")}, nil
+		}
+		// A message "tools: a, b" calls the named tools in parallel.
+		if _, rest, ok := strings.Cut(last, "tools: "); ok {
+			var reply agent.ScriptedReply
+			for i, name := range strings.Split(rest, ",") {
+				args, _ := json.Marshal(noteArgs{Note: "n" + strconv.Itoa(i+1)})
+				reply.ToolCalls = append(reply.ToolCalls, agent.ScriptedToolCall{
+					ID: "c" + strconv.Itoa(i+1), Name: strings.TrimSpace(name), Arguments: string(args),
+				})
+			}
+			return reply, nil
+		}
+		return agent.ScriptedReply{Text: "echo: " + last}, nil
+	}
+	worker.Main(worker.Options{Tools: tools, Scripts: map[string]agent.Script{"test": script}})
+}

@@ -1,0 +1,194 @@
+// Package client starts and drives agent sessions: start a session, send a
+// message, approve or reject a tool call, answer a question, read a
+// snapshot or the stored messages, and find the sessions waiting for a
+// person across agents.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/session"
+)
+
+// The session types the client returns.
+type (
+	// Snapshot is a session as a UI shows it.
+	Snapshot = session.Snapshot
+	// MessagesPage is one page of stored messages.
+	MessagesPage = session.MessagesPage
+	// ListMessagesRequest pages through stored messages.
+	ListMessagesRequest = session.ListMessagesRequest
+	// Interrupt is a pending approval or question.
+	Interrupt = session.Interrupt
+	// ToolCallRecord is a tool call of the active turn.
+	ToolCallRecord = session.ToolCallRecord
+)
+
+// Interrupt kinds.
+const (
+	InterruptApproval = session.InterruptApproval
+	InterruptQuestion = session.InterruptQuestion
+)
+
+// Steps a session waits in for a person.
+const (
+	StepAwaitToolApproval   = string(session.StepAwaitToolApproval)
+	StepAwaitQuestionAnswer = string(session.StepAwaitQuestionAnswer)
+)
+
+// Sessions drives the sessions of one Flow type.
+type Sessions struct {
+	c         client.Client
+	flowType  string
+	taskQueue string
+}
+
+// TaskQueue is the task queue the operator gives an Agent's workers.
+func TaskQueue(flowType string) string {
+	return "stepwise/" + flowType
+}
+
+// New returns a client for the sessions of a Flow type on its task queue;
+// an empty task queue uses the operator's naming.
+func New(c client.Client, flowType, taskQueue string) *Sessions {
+	if taskQueue == "" {
+		taskQueue = TaskQueue(flowType)
+	}
+	return &Sessions{c: c, flowType: flowType, taskQueue: taskQueue}
+}
+
+// Start starts a session; a non-blank initial message starts its first turn.
+// It reports false when a session with that ID already exists.
+func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string) (bool, error) {
+	in := session.StartInput{RequestID: requestID(), InitialMessage: initialMessage}
+	start := s.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID: sessionID, TaskQueue: s.taskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, s.flowType, engine.SessionInput{Start: in})
+	handle, err := s.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: engine.UpdateStartSession, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return false, fmt.Errorf("starting session %s: %w", sessionID, err)
+	}
+	var started bool
+	if err := handle.Get(ctx, &started); err != nil {
+		return false, fmt.Errorf("starting session %s: %w", sessionID, err)
+	}
+	return started, nil
+}
+
+func requestID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Send queues a user message; it starts a turn when none runs. It reports
+// false for blank text.
+func (s *Sessions) Send(ctx context.Context, sessionID, text string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, engine.SendRequest{Text: text})
+}
+
+// Approve approves a pending tool call.
+func (s *Sessions) Approve(ctx context.Context, sessionID, interruptID string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, Approved: true})
+}
+
+// Reject rejects a pending tool call, with a message the model sees, or
+// declines a pending question.
+func (s *Sessions) Reject(ctx context.Context, sessionID, interruptID, message string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, RejectionMessage: message})
+}
+
+// Answer answers a pending question. It reports false for a blank answer,
+// an answer outside the choices, or a question no longer pending.
+func (s *Sessions) Answer(ctx context.Context, sessionID, interruptID, answer string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: interruptID, Answer: answer})
+}
+
+// update runs an RPC; a refusal is false with no error.
+func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any) (bool, error) {
+	handle, err := s.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: sessionID, UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var ok bool
+	if err == nil {
+		err = handle.Get(ctx, &ok)
+	}
+	if err != nil {
+		if refused(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("%s on session %s: %w", name, sessionID, err)
+	}
+	return ok, nil
+}
+
+func refused(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && app.Type() == engine.RejectedErrorType
+}
+
+// Snapshot reads a session as a UI shows it.
+func (s *Sessions) Snapshot(ctx context.Context, sessionID string) (Snapshot, error) {
+	var snap Snapshot
+	err := s.query(ctx, sessionID, engine.QuerySnapshot, &snap)
+	return snap, err
+}
+
+// Messages reads a page of stored messages, oldest first; the limit is
+// clamped to 1..200.
+func (s *Sessions) Messages(ctx context.Context, sessionID string, req ListMessagesRequest) (MessagesPage, error) {
+	var page MessagesPage
+	err := s.query(ctx, sessionID, engine.QueryListMessages, &page, req)
+	return page, err
+}
+
+func (s *Sessions) query(ctx context.Context, sessionID, name string, out any, args ...any) error {
+	resp, err := s.c.QueryWorkflow(ctx, sessionID, "", name, args...)
+	if err != nil {
+		return fmt.Errorf("%s of session %s: %w", name, sessionID, err)
+	}
+	return resp.Get(out)
+}
+
+// WaitingSession is a session found waiting in a Step.
+type WaitingSession struct {
+	SessionID string
+	FlowType  string
+}
+
+// Waiting finds the running sessions of every Flow type that wait in a
+// Step, such as StepAwaitToolApproval. The search is eventually consistent:
+// a session appears shortly after it starts waiting.
+func Waiting(ctx context.Context, c client.Client, namespace, step string) ([]WaitingSession, error) {
+	query := fmt.Sprintf("%s = %q AND ExecutionStatus = 'Running'", engine.ActiveStepsAttribute, step)
+	var out []WaitingSession
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("finding sessions waiting in %s: %w", step, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			out = append(out, WaitingSession{SessionID: e.GetExecution().GetWorkflowId(), FlowType: e.GetType().GetName()})
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return out, nil
+		}
+	}
+}

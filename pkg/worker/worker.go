@@ -1,0 +1,300 @@
+// Package worker runs the sessions of one Agent: it reads the configuration
+// the operator renders, connects to Temporal, registers the Agent's Flow
+// type with its task slots, serves health and readiness, and on SIGTERM
+// stops taking tasks and lets running Steps finish.
+//
+// The stock worker image runs Main with no tools of its own. A team that
+// adds Go function tools builds its own worker on this package:
+//
+//	func main() {
+//		worker.Main(worker.Options{Tools: []agent.Tool{lookupOrder, refundOrder}})
+//	}
+package worker
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	temporallog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/events"
+	"github.com/stepwise-run/stepwise/internal/loop"
+	"github.com/stepwise-run/stepwise/internal/version"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+// Options are what a worker image adds to the rendered configuration.
+type Options struct {
+	// Tools are the function tools compiled into the image.
+	Tools []agent.Tool
+	// Scripts are scripted models by name, chosen by an Agent whose model
+	// provider is "scripted"; "demo" is always the stock demo script.
+	Scripts map[string]agent.Script
+	// StopTimeout bounds how long running Steps may finish after SIGTERM;
+	// zero uses 290 seconds, inside the Deployment's grace period.
+	StopTimeout time.Duration
+	// Logger logs; nil logs JSON to stderr.
+	Logger *slog.Logger
+}
+
+// DefaultStopTimeout leaves room inside the worker Deployment's 300-second
+// termination grace period.
+const DefaultStopTimeout = 290 * time.Second
+
+// Main runs a worker from the command line until SIGTERM, and exits.
+func Main(opts Options) {
+	configPath := flag.String("config", "/etc/stepwise/worker/"+workerconfig.FileName, "Path of the worker configuration document.")
+	stopTimeout := flag.Duration("stop-timeout", DefaultStopTimeout, "How long running Steps may finish after SIGTERM.")
+	flag.Parse()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = *stopTimeout
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	cfg, err := workerconfig.Load(*configPath)
+	if err == nil {
+		err = Run(ctx, cfg, opts)
+	}
+	if err != nil {
+		opts.Logger.Error("the worker stopped", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+// Definition builds the agent definition from the configuration and the
+// image's own tools.
+func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error) {
+	d := cfg.Definition
+	model, err := Model(d.Model, opts.Scripts)
+	if err != nil {
+		return agent.Definition{}, err
+	}
+	def := agent.Definition{
+		Name: d.Name, Instructions: d.Instructions, Model: model, Tools: opts.Tools,
+		MaxModelCallsPerTurn: int(d.Limits.MaxModelCallsPerTurn),
+		InterruptDeadline:    d.Limits.InterruptDeadline.Duration,
+		MaxDurableWait:       d.Limits.MaxDurableWait.Duration,
+	}
+	if d.Model.MaxOutputTokens != nil {
+		def.ModelSettings.MaxOutputTokens = int64(*d.Model.MaxOutputTokens)
+	}
+	def.ModelSettings.ReasoningEffort = d.Model.ReasoningEffort
+	if d.DefaultToolEffect != "" {
+		if def.DefaultToolEffect, err = agent.ParseEffect(d.DefaultToolEffect); err != nil {
+			return agent.Definition{}, fmt.Errorf("definition.defaultToolEffect: %w", err)
+		}
+	}
+	for _, p := range d.ToolPolicies {
+		effect, err := agent.ParseEffect(p.Effect)
+		if err != nil {
+			return agent.Definition{}, fmt.Errorf("definition.toolPolicies[%s]: %w", p.Name, err)
+		}
+		if def.ToolPolicies == nil {
+			def.ToolPolicies = map[string]agent.Policy{}
+		}
+		def.ToolPolicies[p.Name] = agent.Policy{Effect: effect, RequiresApproval: p.RequiresApproval}
+	}
+	for _, b := range d.BuiltInTools {
+		def.BuiltInTools = append(def.BuiltInTools, agent.BuiltInTool(b))
+	}
+	def = def.WithDefaults()
+	return def, def.Validate()
+}
+
+// Model returns the model client the configuration selects. Only clients
+// this worker carries are built; a provider it lacks is an error that names
+// it.
+func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelClient, error) {
+	switch m.Provider {
+	case agent.ScriptedProvider:
+		if script, ok := scripts[m.Name]; ok {
+			return agent.NewScriptedModel(script), nil
+		}
+		if m.Name == "demo" {
+			return agent.NewScriptedModel(agent.DemoScript), nil
+		}
+		return nil, fmt.Errorf("definition.model.name: this worker has no script named %q; it has \"demo\"%s", m.Name, scriptNames(scripts))
+	default:
+		return nil, fmt.Errorf("definition.model.provider: this worker does not carry a %q model client yet", m.Provider)
+	}
+}
+
+func scriptNames(scripts map[string]agent.Script) string {
+	var s string
+	for name := range scripts {
+		s += ", " + strconv.Quote(name)
+	}
+	return s
+}
+
+// Run runs the worker until ctx ends, then stops taking tasks and lets
+// running Steps finish within the stop timeout.
+func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	def, err := Definition(cfg, opts)
+	if err != nil {
+		return err
+	}
+	runner, err := loop.New(def)
+	if err != nil {
+		return err
+	}
+	c, err := Dial(ctx, cfg.Engine, logger)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := engine.EnsureSearchAttribute(ctx, c, cfg.Engine.Namespace); err != nil {
+		logger.Warn("sessions will not be searchable by the Steps they wait in", "error", err.Error())
+	}
+
+	capacity := cfg.Definition.Limits.EventStreamCapacityBytes
+	if capacity <= 0 {
+		capacity = 10 << 20
+	}
+	ring := events.NewRing(capacity)
+	timings := engine.DefaultTimings()
+	if hb := cfg.Engine.StepHeartbeatTimeout.Duration; hb > 0 {
+		timings.Heartbeat = hb
+	}
+	stopTimeout := opts.StopTimeout
+	if stopTimeout == 0 {
+		stopTimeout = DefaultStopTimeout
+	}
+	w := engine.NewWorker(c, engine.WorkerOptions{
+		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
+		Runner: runner, Events: ring, Timings: timings,
+		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout},
+	})
+
+	var ready atomic.Bool
+	server, listener, err := healthServer(cfg.HealthAddress, &ready, ring)
+	if err != nil {
+		return err
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- server.Serve(listener) }()
+	defer func() { _ = server.Close() }()
+
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("starting the worker for Flow type %s on task queue %s: %w", cfg.FlowType, cfg.Engine.TaskQueue, err)
+	}
+	ready.Store(true)
+	logger.Info("worker started", "flowType", cfg.FlowType, "taskQueue", cfg.Engine.TaskQueue,
+		"taskSlots", cfg.TaskSlots, "engineVersion", version.EngineVersion, "health", listener.Addr().String())
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		ready.Store(false)
+		w.Stop()
+		return fmt.Errorf("serving health probes on %s: %w", cfg.HealthAddress, err)
+	}
+	ready.Store(false)
+	logger.Info("stopping: no new tasks; running Steps may finish", "timeout", stopTimeout.String())
+	w.Stop()
+	logger.Info("stopped")
+	return nil
+}
+
+// healthServer serves /healthz, /readyz (ready while the worker polls), and
+// /debug/events, this worker's recent session events.
+func healthServer(address string, ready *atomic.Bool, ring *events.Ring) (*http.Server, net.Listener, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not polling for tasks", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/debug/events", func(w http.ResponseWriter, r *http.Request) {
+		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(ring.Since(r.URL.Query().Get("session"), after))
+	})
+	if address == "" {
+		address = ":8080"
+	}
+	listener, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serving health probes on %s: %w", address, err)
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, listener, nil
+}
+
+// Dial connects to Temporal as the configuration says: TLS with the given
+// authority, client certificate and server name, and an API key from the
+// environment.
+func Dial(ctx context.Context, e workerconfig.Engine, logger *slog.Logger) (client.Client, error) {
+	opts := client.Options{HostPort: e.Address, Namespace: e.Namespace, Logger: temporallog.NewStructuredLogger(logger)}
+	if e.TLS != nil {
+		tlsConfig, err := clientTLS(*e.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts.ConnectionOptions.TLS = tlsConfig
+	}
+	if e.APIKey != nil {
+		key, err := e.APIKey.Lookup()
+		if err != nil {
+			return nil, fmt.Errorf("engine.apiKey: %w", err)
+		}
+		opts.Credentials = client.NewAPIKeyStaticCredentials(key)
+	}
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Temporal at %s, namespace %s: %w", e.Address, e.Namespace, err)
+	}
+	return c, nil
+}
+
+func clientTLS(t workerconfig.TLS) (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("engine.tls.caFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("engine.tls.caFile %s holds no PEM certificate", t.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, errors.New("engine.tls needs both certFile and keyFile, or neither")
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("engine.tls client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
