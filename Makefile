@@ -5,6 +5,7 @@ KUBE_VERSION           := $(call tool_version,kube,k8s.io/kubernetes)
 ETCD_VERSION           := $(call tool_version,etcd,go.etcd.io/etcd/server/v3)
 CONTROLLER_GEN_VERSION := $(call tool_version,controller-gen,sigs.k8s.io/controller-tools)
 GOLANGCI_LINT_VERSION  := $(call tool_version,golangci-lint,github.com/golangci/golangci-lint/v2)
+TEMPORAL_VERSION       := $(call tool_version,temporal,github.com/temporalio/cli)
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -12,6 +13,7 @@ GOLANGCI_LINT  := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBE_DIR       := $(BIN)/kube-$(KUBE_VERSION)
 ETCD_DIR       := $(BIN)/etcd-$(ETCD_VERSION)
 ENVTEST_ASSETS := $(BIN)/envtest-k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
+TEMPORAL       := $(BIN)/temporal-$(TEMPORAL_VERSION)/temporal
 
 # Files that `make manifests generate` writes.
 GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go
@@ -59,19 +61,22 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: test
-test: verify-gen vet lint envtest ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) ./...
+test: verify-gen vet lint envtest temporal ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server and Temporal dev server.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) go test $(GO_TEST_FLAGS) ./...
 
 ##@ Build and run
 
 .PHONY: build
-build: ## Build the operator and the worker into bin/.
+build: ## Build the operator, the stock worker, the example worker and the CLI into bin/.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/agent-worker ./cmd/agent-worker
+	go build -o $(BIN)/support-worker ./examples/support-worker
+	go build -o $(BIN)/stepwise ./cmd/stepwise
 
 .PHONY: run
-run: build envtest ## Run the local default: API server, operator, samples; print what they became; stop it all.
-	go run ./hack/local --assets $(ENVTEST_ASSETS) --manager $(BIN)/manager --samples config/samples
+run: build envtest temporal ## Run the local default: API server, Temporal, operator, example worker and a demo session; print it; stop it all.
+	go run ./hack/local --assets $(ENVTEST_ASSETS) --temporal $(TEMPORAL) --manager $(BIN)/manager \
+		--worker $(BIN)/support-worker --samples config/samples
 
 ##@ Tools
 
@@ -96,6 +101,14 @@ $(ETCD_DIR)/.built:
 	mkdir -p $(ETCD_DIR)
 	cd hack/tools/etcd && go build -o $(ETCD_DIR)/etcd go.etcd.io/etcd/server/v3
 	touch $@
+
+.PHONY: temporal
+temporal: $(TEMPORAL) ## Build the Temporal CLI, whose dev server the tests and the local default run, into bin/.
+
+# The Temporal CLI comes from source for the same reason as kube-apiserver.
+$(TEMPORAL):
+	mkdir -p $(dir $@)
+	cd hack/tools/temporal && go build -o $@ github.com/temporalio/cli/cmd/temporal
 
 $(CONTROLLER_GEN):
 	cd hack/tools/controller-gen && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen

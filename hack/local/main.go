@@ -1,7 +1,11 @@
-// Command local runs the operator on one machine with nothing installed: it
-// starts a Kubernetes API server and etcd from the binaries the Makefile
-// builds, runs the operator against them, applies the samples with kubectl,
-// prints what the operator made of them, and stops everything it started.
+// Command local runs the whole system on one machine with nothing
+// installed: it starts a Kubernetes API server and etcd and a Temporal dev
+// server from the binaries the Makefile builds, runs the operator against
+// them, applies the samples with kubectl, runs the example worker with the
+// configuration the operator rendered for the support Agent (no kubelet
+// runs here, so the Deployment gets no pods), drives a demo session through
+// the client (a turn, an approval, a reply), prints it all, and stops
+// everything it started.
 package main
 
 import (
@@ -32,7 +36,9 @@ func main() {
 	flag.StringVar(&opts.manager, "manager", "bin/manager", "The operator binary.")
 	flag.StringVar(&opts.samples, "samples", "config/samples", "Directory of manifests to apply.")
 	flag.StringVar(&opts.crds, "crds", "config/crd/bases", "Directory of the CRDs.")
-	flag.StringVar(&opts.engine, "engine", "127.0.0.1:7233", "Default engine address the operator renders into worker configurations.")
+	flag.StringVar(&opts.temporal, "temporal", "", "The Temporal CLI, whose dev server the sessions run on.")
+	flag.StringVar(&opts.worker, "worker", "bin/support-worker", "The worker binary to run for the demo Agent.")
+	flag.StringVar(&opts.demoAgent, "demo-agent", "support", "The Agent whose worker runs the demo session.")
 	flag.DurationVar(&opts.timeout, "timeout", 2*time.Minute, "How long to wait for the samples to become Ready.")
 	flag.BoolVar(&opts.wait, "wait", false, "Keep everything running until interrupted, to explore with kubectl.")
 	flag.Parse()
@@ -44,13 +50,14 @@ func main() {
 
 type options struct {
 	assets, manager, samples, crds, engine string
+	temporal, worker, demoAgent            string
 	timeout                                time.Duration
 	wait                                   bool
 }
 
 func run(opts options, out io.Writer) (err error) {
-	if opts.assets == "" {
-		return errors.New("--assets is required: run through make run, which builds the binaries")
+	if opts.assets == "" || opts.temporal == "" {
+		return errors.New("--assets and --temporal are required: run through make run, which builds the binaries")
 	}
 	workDir, err := os.MkdirTemp("", "stepwise-local-")
 	if err != nil {
@@ -84,6 +91,18 @@ func run(opts options, out io.Writer) (err error) {
 	if err := os.WriteFile(kubeconfig, kubeconfigData, 0o600); err != nil {
 		return err
 	}
+
+	step(out, "starting a Temporal dev server")
+	server, err := startTemporal(opts.temporal)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step(out, "stopping the Temporal dev server")
+		err = errors.Join(err, server.Stop())
+	}()
+	opts.engine = server.FrontendHostPort()
+	fmt.Fprintf(out, "Temporal at %s, namespace default\n", opts.engine)
 
 	step(out, "starting the operator (its log: %s)", filepath.Join(workDir, "manager.log"))
 	stopManager, err := startManager(opts, kubeconfig, filepath.Join(workDir, "manager.log"))
@@ -131,6 +150,24 @@ func run(opts options, out io.Writer) (err error) {
 	step(out, "the Agents' status")
 	for _, a := range agents {
 		printAgentStatus(out, &a)
+	}
+
+	demo := findAgent(agents, opts.demoAgent)
+	if demo == nil {
+		return fmt.Errorf("the samples have no Agent %q to run the demo session on", opts.demoAgent)
+	}
+	step(out, "starting %s for Agent %s with the configuration the operator rendered (its log: %s)",
+		filepath.Base(opts.worker), demo.Name, filepath.Join(workDir, "worker.log"))
+	stopWorker, err := startWorker(c, demo, opts.worker, workDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step(out, "stopping the worker (SIGTERM: running Steps finish first)")
+		err = errors.Join(err, stopWorker())
+	}()
+	if err := runDemoSession(out, server.Client(), demo); err != nil {
+		return err
 	}
 
 	if opts.wait {

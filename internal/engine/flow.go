@@ -56,7 +56,9 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	if err := r.register(); err != nil {
 		return err
 	}
-	r.emit("", r.s.Start(in.Start))
+	if events := r.s.Start(in.Start); len(events) > 0 {
+		r.emit(waitStepID(session.StepStartAgentSession, r.s.Turn.ID, ""), events)
+	}
 	for {
 		if r.s.Turn == nil {
 			r.enter(session.StepAwaitUserMessage)
@@ -65,7 +67,8 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 			if err != nil {
 				return err
 			}
-			r.emit("", r.s.BeginTurn())
+			events := r.s.BeginTurn()
+			r.emit(waitStepID(session.StepAwaitUserMessage, r.s.Turn.ID, ""), events)
 		}
 		if err := r.runTurn(); err != nil {
 			return err
@@ -114,11 +117,17 @@ func (r *run) register() error {
 			func(ctx workflow.Context, req SendRequest) error { return rejected(s.CheckUserMessage(req.Text)) }},
 		{UpdateResolveInterrupt,
 			func(ctx workflow.Context, req session.ResolveRequest) (bool, error) {
+				// A decline ends a question's wait, not an approval's.
+				in, _ := s.Interrupt(req.InterruptID)
+				step := session.StepAwaitToolApproval
+				if in.Kind == session.InterruptQuestion {
+					step = session.StepAwaitQuestionAnswer
+				}
 				events, err := s.Resolve(req, workflow.Now(ctx))
 				if err != nil {
 					return false, rejected(err)
 				}
-				r.emit(string(session.StepAwaitToolApproval)+"/"+req.InterruptID, events)
+				r.emit(waitStepID(step, in.TurnID, in.ToolCallID), events)
 				return true, nil
 			},
 			func(ctx workflow.Context, req session.ResolveRequest) error {
@@ -126,11 +135,12 @@ func (r *run) register() error {
 			}},
 		{UpdateAnswerQuestion,
 			func(ctx workflow.Context, req session.AnswerRequest) (bool, error) {
+				in, _ := s.Interrupt(req.InterruptID)
 				events, err := s.Answer(req, workflow.Now(ctx))
 				if err != nil {
 					return false, rejected(err)
 				}
-				r.emit(string(session.StepAwaitQuestionAnswer)+"/"+req.InterruptID, events)
+				r.emit(waitStepID(session.StepAwaitQuestionAnswer, in.TurnID, in.ToolCallID), events)
 				return true, nil
 			},
 			func(ctx workflow.Context, req session.AnswerRequest) error {
@@ -241,7 +251,7 @@ func (r *run) awaitInterrupt(ctx workflow.Context, rec *session.ToolCallRecord) 
 				return err
 			}
 		}
-		r.emit(r.nextStepID(step, rec.ID), r.s.ExpireInterrupt(rec.ID, workflow.Now(ctx)))
+		r.emit(waitStepID(step, r.s.Turn.ID, rec.ID), r.s.ExpireInterrupt(rec.ID, workflow.Now(ctx)))
 	}
 	return nil
 }
@@ -260,7 +270,7 @@ func (r *run) awaitTimer(ctx workflow.Context, rec *session.ToolCallRecord) erro
 			}
 		}
 		if !workflow.Now(ctx).Before(*rec.WaitUntil) {
-			r.emit(r.nextStepID(session.StepAwaitTimer, rec.ID), r.s.CompleteTimer(rec.ID))
+			r.emit(waitStepID(session.StepAwaitTimer, r.s.Turn.ID, rec.ID), r.s.CompleteTimer(rec.ID))
 		}
 	}
 	return nil
@@ -324,6 +334,17 @@ func (r *run) toolOptions(ctx workflow.Context, stepID string, rec *session.Tool
 func (r *run) nextStepID(step session.StepName, subject string) string {
 	r.stepSeq++
 	return fmt.Sprintf("%s/%s/%d", step, subject, r.stepSeq)
+}
+
+// waitStepID names the execution of a Step that runs in workflow code: the
+// Step, the turn, and the tool call it waits for. The RPC that ends a wait
+// and the wait's own timer write their events under the same ID.
+func waitStepID(step session.StepName, turnID, toolCallID string) string {
+	id := string(step) + "/" + turnID
+	if toolCallID != "" {
+		id += "/" + toolCallID
+	}
+	return id
 }
 
 // emit writes events unless the workflow is replaying them.

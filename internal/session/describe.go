@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -107,10 +108,14 @@ func PairToolResults(messages []agent.Message) []agent.Message {
 	return out
 }
 
+// jsonText encodes a model-visible result with its fields in declaration
+// order and without HTML escaping, so the model reads the text as written.
 func jsonText(v any) string {
-	raw, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return "{}"
 	}
-	return string(raw)
+	return strings.TrimRight(buf.String(), "\n")
 }

@@ -139,7 +139,8 @@ type Turn struct {
 	FirstSequence int64 `json:"firstSequence"`
 	// ModelCalls counts the turn's model calls.
 	ModelCalls int `json:"modelCalls"`
-	// RunState is the runner's state while the turn waits for tool calls.
+	// RunState is the runner's state from the turn's last tool call
+	// request; the turn's later model calls read it.
 	RunState string `json:"runState,omitempty"`
 	// ToolCalls are the turn's records in model order.
 	ToolCalls []*ToolCallRecord `json:"toolCalls,omitempty"`

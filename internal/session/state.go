@@ -280,7 +280,7 @@ func (s *State) raise(in Interrupt, r *ToolCallRecord, now time.Time) Event {
 	s.Interrupts = append(s.Interrupts, in)
 	payload := map[string]any{
 		"interrupt_id": in.ID, "tool_call_id": in.ToolCallID, "tool_name": in.ToolName,
-		"deadline": in.Deadline, "kind": in.Kind,
+		"deadline": in.Deadline, "kind": in.Kind, "question": nil, "choices": nil, "allows_free_text": nil,
 	}
 	if in.Question != nil {
 		payload["question"], payload["choices"], payload["allows_free_text"] = in.Question.Text, in.Question.Choices, in.Question.AllowsFreeText
@@ -353,7 +353,7 @@ func (s *State) Resolve(req ResolveRequest, now time.Time) ([]Event, error) {
 	}
 	in, r, _ := s.pendingInterrupt(req.InterruptID, now)
 	s.removeInterrupt(in.ID)
-	resolved := map[string]any{"interrupt_id": in.ID, "approved": req.Approved, "kind": in.Kind, "answered": false}
+	rejection := ""
 	var events []Event
 	switch {
 	case in.Kind == InterruptQuestion:
@@ -362,10 +362,24 @@ func (s *State) Resolve(req ResolveRequest, now time.Time) ([]Event, error) {
 		r.Status = ToolCallApproved
 	default:
 		r.RejectionMessage = req.RejectionMessage
-		resolved["rejection_message"] = req.RejectionMessage
+		rejection = req.RejectionMessage
 		events = s.finish(r, ToolCallRejected, "", "")
 	}
-	return append([]Event{NewEvent(EventInterruptResolved, in.TurnID, resolved)}, events...), nil
+	return append([]Event{resolvedEvent(in, req.Approved, false, rejection)}, events...), nil
+}
+
+// resolvedEvent is interrupt_resolved with every field of the event table;
+// cancellation_reason is set only when steering or cancellation removed the
+// interrupt.
+func resolvedEvent(in Interrupt, approved, answered bool, rejection string) Event {
+	var rejectionMessage any
+	if rejection != "" {
+		rejectionMessage = rejection
+	}
+	return NewEvent(EventInterruptResolved, in.TurnID, map[string]any{
+		"interrupt_id": in.ID, "approved": approved, "kind": in.Kind, "answered": answered,
+		"rejection_message": rejectionMessage, "cancellation_reason": nil,
+	})
 }
 
 // AnswerRequest is answer_question's input.
@@ -396,10 +410,11 @@ func (s *State) Answer(req AnswerRequest, now time.Time) ([]Event, error) {
 	}
 	in, r, _ := s.pendingInterrupt(req.InterruptID, now)
 	s.removeInterrupt(in.ID)
-	events := []Event{NewEvent(EventInterruptResolved, in.TurnID, map[string]any{
-		"interrupt_id": in.ID, "approved": true, "kind": in.Kind, "answered": true,
-	})}
-	output := jsonText(map[string]string{"status": "answered", "answer": req.Answer})
+	events := []Event{resolvedEvent(in, true, true, "")}
+	output := jsonText(struct {
+		Status string `json:"status"`
+		Answer string `json:"answer"`
+	}{"answered", req.Answer})
 	return append(events, s.finish(r, ToolCallSucceeded, output, "")...), nil
 }
 
@@ -416,9 +431,7 @@ func (s *State) ExpireInterrupt(id string, now time.Time) []Event {
 		return nil
 	}
 	s.removeInterrupt(id)
-	events := []Event{NewEvent(EventInterruptResolved, in.TurnID, map[string]any{
-		"interrupt_id": in.ID, "approved": false, "kind": in.Kind, "answered": false,
-	})}
+	events := []Event{resolvedEvent(in, false, false, "")}
 	if in.Kind == InterruptQuestion {
 		return append(events, s.finish(r, ToolCallRejected, QuestionDeadlineText, "")...)
 	}
@@ -439,7 +452,11 @@ func (s *State) CompleteTimer(id string) []Event {
 			waited = int64(args.Duration / time.Second)
 		}
 	}
-	output := jsonText(map[string]any{"status": "completed", "waited_seconds": waited, "reason": r.WaitReason})
+	output := jsonText(struct {
+		Status        string `json:"status"`
+		WaitedSeconds int64  `json:"waited_seconds"`
+		Reason        string `json:"reason"`
+	}{"completed", waited, r.WaitReason})
 	return s.finish(r, ToolCallSucceeded, output, "")
 }
 
@@ -539,7 +556,6 @@ func (s *State) ResumeTurn() {
 		return
 	}
 	s.storeResults()
-	s.Turn.RunState = ""
 	s.Status = StatusRunningModel
 }
 

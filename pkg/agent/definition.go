@@ -103,14 +103,17 @@ func (d Definition) ResolvePolicy(name string, frameworkEffect Effect) Policy {
 	if frameworkEffect != "" {
 		return Policy{Effect: frameworkEffect}
 	}
-	for _, t := range d.Tools {
-		if t.Name == name {
-			return t.Policy
-		}
-	}
 	effect := d.DefaultToolEffect
 	if effect == "" {
 		effect = EffectUnclassified
+	}
+	for _, t := range d.Tools {
+		if t.Name == name && t.Policy.Effect != "" {
+			return t.Policy
+		}
+		if t.Name == name {
+			return Policy{Effect: effect, RequiresApproval: t.Policy.RequiresApproval}
+		}
 	}
 	return Policy{Effect: effect}
 }

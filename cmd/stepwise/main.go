@@ -1,0 +1,200 @@
+// Command stepwise drives agent sessions from a shell: start a session,
+// send a message, approve or reject a tool call, answer a question, show a
+// snapshot or the stored messages, and find sessions waiting for a person.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	temporallog "go.temporal.io/sdk/log"
+
+	sessions "github.com/stepwise-run/stepwise/pkg/client"
+)
+
+const usage = `Usage: stepwise [flags] <command> [arguments]
+
+Commands:
+  start <session> [message]           Start a session; a message starts its first turn.
+  send <session> <message>            Send a user message.
+  approve <session> <interrupt>       Approve a pending tool call.
+  reject <session> <interrupt> [why]  Reject a tool call (the model sees why), or decline a question.
+  answer <session> <interrupt> <text> Answer a pending question.
+  snapshot <session>                  Print the session's snapshot as JSON.
+  messages <session> [before] [limit] Print a page of stored messages as JSON.
+  waiting [step]                      List sessions of every agent waiting in a Step
+                                      (default: AwaitToolApproval and AwaitQuestionAnswer).
+
+Commands that answer true or false exit with status 0 for true and 3 for false.
+
+Flags:
+`
+
+// exitFalse is the exit status of an RPC the session refused.
+const exitFalse = 3
+
+func main() {
+	flags := flag.NewFlagSet("stepwise", flag.ExitOnError)
+	address := flags.String("address", envOr("STEPWISE_ENGINE_ADDRESS", "localhost:7233"), "Temporal frontend address (STEPWISE_ENGINE_ADDRESS).")
+	namespace := flags.String("namespace", envOr("STEPWISE_ENGINE_NAMESPACE", "default"), "Temporal namespace (STEPWISE_ENGINE_NAMESPACE).")
+	flowType := flags.String("flow-type", os.Getenv("STEPWISE_FLOW_TYPE"), "The Agent's Flow type (STEPWISE_FLOW_TYPE).")
+	taskQueue := flags.String("task-queue", "", "The Agent's task queue; default stepwise/<flow type>.")
+	timeout := flags.Duration("timeout", 30*time.Second, "How long a command may take.")
+	flags.Usage = func() {
+		fmt.Fprint(flags.Output(), usage)
+		flags.PrintDefaults()
+	}
+	_ = flags.Parse(os.Args[1:])
+	if flags.NArg() == 0 {
+		flags.Usage()
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort: *address, Namespace: *namespace,
+		Logger: temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	})
+	if err != nil {
+		fail(fmt.Errorf("connecting to Temporal at %s: %w", *address, err))
+	}
+	defer c.Close()
+	status, err := run(ctx, c, *namespace, *flowType, *taskQueue, flags.Args(), os.Stdout)
+	if err != nil {
+		fail(err)
+	}
+	os.Exit(status)
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "stepwise:", err)
+	os.Exit(1)
+}
+
+// run executes one command and returns the exit status.
+func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue string, args []string, out io.Writer) (int, error) {
+	command, args := args[0], args[1:]
+	if command == "waiting" {
+		return waiting(ctx, c, namespace, args, out)
+	}
+	if flowType == "" {
+		return 0, errors.New("--flow-type is required")
+	}
+	s := sessions.New(c, flowType, taskQueue)
+	need := func(n int, names string) error {
+		if len(args) < n {
+			return fmt.Errorf("%s needs %s", command, names)
+		}
+		return nil
+	}
+	var (
+		ok  bool
+		err error
+	)
+	switch command {
+	case "start":
+		if err := need(1, "<session>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.Start(ctx, args[0], strings.Join(args[1:], " "))
+	case "send":
+		if err := need(2, "<session> <message>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "))
+	case "approve":
+		if err := need(2, "<session> <interrupt>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.Approve(ctx, args[0], args[1])
+	case "reject":
+		if err := need(2, "<session> <interrupt>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.Reject(ctx, args[0], args[1], strings.Join(args[2:], " "))
+	case "answer":
+		if err := need(3, "<session> <interrupt> <answer>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.Answer(ctx, args[0], args[1], strings.Join(args[2:], " "))
+	case "snapshot":
+		if err := need(1, "<session>"); err != nil {
+			return 0, err
+		}
+		snap, err := s.Snapshot(ctx, args[0])
+		if err != nil {
+			return 0, err
+		}
+		return 0, printJSON(out, snap)
+	case "messages":
+		if err := need(1, "<session>"); err != nil {
+			return 0, err
+		}
+		var req sessions.ListMessagesRequest
+		if len(args) > 1 {
+			if req.BeforeSequence, err = strconv.ParseInt(args[1], 10, 64); err != nil {
+				return 0, fmt.Errorf("before must be a message sequence, not %q", args[1])
+			}
+		}
+		if len(args) > 2 {
+			if req.Limit, err = strconv.Atoi(args[2]); err != nil {
+				return 0, fmt.Errorf("limit must be a number, not %q", args[2])
+			}
+		}
+		page, err := s.Messages(ctx, args[0], req)
+		if err != nil {
+			return 0, err
+		}
+		return 0, printJSON(out, page)
+	default:
+		return 0, fmt.Errorf("unknown command %q; run stepwise -h", command)
+	}
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintln(out, ok)
+	if !ok {
+		return exitFalse, nil
+	}
+	return 0, nil
+}
+
+func waiting(ctx context.Context, c client.Client, namespace string, args []string, out io.Writer) (int, error) {
+	steps := args
+	if len(steps) == 0 {
+		steps = []string{sessions.StepAwaitToolApproval, sessions.StepAwaitQuestionAnswer}
+	}
+	for _, step := range steps {
+		found, err := sessions.Waiting(ctx, c, namespace, step)
+		if err != nil {
+			return 0, err
+		}
+		for _, w := range found {
+			fmt.Fprintf(out, "%s\t%s\t%s\n", step, w.FlowType, w.SessionID)
+		}
+	}
+	return 0, nil
+}
+
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,525 @@
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+type orderArgs struct {
+	OrderID string `json:"order_id"`
+}
+
+type eventLog struct{ events []session.Event }
+
+func (l *eventLog) Write(e session.Event) { l.events = append(l.events, e) }
+
+func (l *eventLog) types() []session.EventType {
+	var out []session.EventType
+	for _, e := range l.events {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func lookupTool(t *testing.T, fn func(context.Context, agent.ToolContext, orderArgs) (string, error)) agent.Tool {
+	t.Helper()
+	if fn == nil {
+		fn = func(_ context.Context, _ agent.ToolContext, a orderArgs) (string, error) {
+			return "order " + a.OrderID, nil
+		}
+	}
+	tool, err := agent.NewTool("lookup", "Look up an order.", agent.EffectRead, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func refundTool(t *testing.T) agent.Tool {
+	t.Helper()
+	tool, err := agent.NewTool("refund", "Refund an order.", agent.EffectNonIdempotentWrite,
+		func(_ context.Context, _ agent.ToolContext, a orderArgs) (map[string]string, error) {
+			return map[string]string{"refunded": a.OrderID}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func newRunner(t *testing.T, def agent.Definition) *Runner {
+	t.Helper()
+	if def.Model == nil {
+		def.Model = agent.NewScriptedModel(agent.DemoScript)
+	}
+	r, err := New(def)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return r
+}
+
+// replying is a script that always gives the same reply.
+func replying(reply agent.ScriptedReply) agent.Script {
+	return func(agent.ModelRequest) (agent.ScriptedReply, error) { return reply, nil }
+}
+
+func userTurn(text string) session.TurnContext {
+	return session.TurnContext{
+		SessionID: "s1", TurnID: "turn-1", Attempt: 1, Mode: session.ModeChat,
+		Messages: []agent.Message{{Sequence: 1, TurnID: "turn-1", Role: agent.RoleUser, Text: text}},
+	}
+}
+
+func toolNames(tools []agent.ToolDefinition) []string {
+	var out []string
+	for _, t := range tools {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+func TestNewRefusesADefinitionTheSessionCannotRun(t *testing.T) {
+	askUser, err := agent.NewTool("ask_user", "", agent.EffectRead,
+		func(context.Context, agent.ToolContext, struct{}) (string, error) { return "", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		def     agent.Definition
+		wantErr string
+	}{
+		{"missing model", agent.Definition{Name: "support"}, "agent support: model is required"},
+		{"function tool named like an enabled built-in", agent.Definition{
+			Name: "support", Model: agent.NewScriptedModel(agent.DemoScript),
+			Tools: []agent.Tool{askUser}, BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser},
+		}, "tool ask_user uses the name of an enabled built-in tool"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := New(c.def)
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) || r != nil {
+				t.Errorf("New = %v, %v; want an error containing %q", r, err, c.wantErr)
+			}
+		})
+	}
+}
+
+func TestRequest(t *testing.T) {
+	r := newRunner(t, agent.Definition{
+		Name: "support", Instructions: "You help customers.",
+		Tools:                []agent.Tool{lookupTool(t, nil), refundTool(t)},
+		BuiltInTools:         []agent.BuiltInTool{agent.BuiltInDurableWait, agent.BuiltInWriteTodos, agent.BuiltInAskUser},
+		ModelSettings:        agent.ModelSettings{MaxOutputTokens: 500, ReasoningEffort: "low"},
+		MaxModelCallsPerTurn: 3,
+	})
+	turn := userTurn("refund order 7")
+	turn.Messages = append(turn.Messages,
+		agent.Message{Sequence: 2, TurnID: "turn-1", Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{{ID: "c1", Name: "lookup", Arguments: `{"order_id":"7"}`}}},
+		agent.Message{Sequence: 3, TurnID: "turn-1", Role: agent.RoleUser, Text: "note"},
+	)
+
+	cases := []struct {
+		modelCalls int
+		wantTools  []string
+		wantChoice agent.ToolChoice
+	}{
+		{0, []string{"lookup", "refund", "durable_wait", "ask_user"}, agent.ToolChoiceAuto},
+		{2, []string{"lookup", "refund", "durable_wait", "ask_user"}, agent.ToolChoiceAuto},
+		{3, nil, ""},
+		{4, nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("after %d model calls", c.modelCalls), func(t *testing.T) {
+			turn.ModelCalls = c.modelCalls
+			req := r.Request(turn)
+			if req.Instructions != "You help customers." {
+				t.Errorf("Instructions = %q", req.Instructions)
+			}
+			if req.Settings != (agent.ModelSettings{MaxOutputTokens: 500, ReasoningEffort: "low"}) {
+				t.Errorf("Settings = %+v", req.Settings)
+			}
+			if got := toolNames(req.Tools); !slices.Equal(got, c.wantTools) {
+				t.Errorf("tools = %v, want %v", got, c.wantTools)
+			}
+			if req.ToolChoice != c.wantChoice {
+				t.Errorf("ToolChoice = %q, want %q", req.ToolChoice, c.wantChoice)
+			}
+			var roles []string
+			for _, m := range req.Input {
+				roles = append(roles, string(m.Role))
+			}
+			if want := []string{"user", "assistant", "tool", "user"}; !slices.Equal(roles, want) {
+				t.Fatalf("input roles = %v, want %v (the orphaned call paired)", roles, want)
+			}
+			if paired := req.Input[2]; paired.ToolCallID != "c1" || paired.ToolName != "lookup" || paired.Text != session.OutcomeUnknownText {
+				t.Errorf("paired result = %+v", paired)
+			}
+		})
+	}
+
+	req := r.Request(userTurn("x"))
+	wantAsk := session.BuiltInToolDefinitions[agent.BuiltInAskUser]
+	got := req.Tools[3]
+	if got.Name != wantAsk.Name || got.Description != wantAsk.Description || string(got.Parameters) != string(wantAsk.Parameters) {
+		t.Errorf("ask_user offered as %+v", got)
+	}
+	lookup := req.Tools[0]
+	if lookup.Description != "Look up an order." || !json.Valid(lookup.Parameters) || !strings.Contains(string(lookup.Parameters), "order_id") {
+		t.Errorf("lookup offered as %+v", lookup)
+	}
+}
+
+func TestRequestWithoutToolsOffersNone(t *testing.T) {
+	r := newRunner(t, agent.Definition{Instructions: "Chat."})
+	req := r.Request(userTurn("hi"))
+	if len(req.Tools) != 0 || req.ToolChoice != "" {
+		t.Errorf("tools = %v choice = %q", toolNames(req.Tools), req.ToolChoice)
+	}
+	if len(req.Input) != 1 || req.Input[0].Text != "hi" {
+		t.Errorf("input = %+v", req.Input)
+	}
+}
+
+func TestRunModelStepCompletesTheTurn(t *testing.T) {
+	model := agent.NewScriptedModel(replying(agent.ScriptedReply{Text: "Your order shipped.", Reasoning: "check"}))
+	r := newRunner(t, agent.Definition{
+		Model: model, Instructions: "Help.", BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser},
+		InterruptDeadline: time.Hour,
+	})
+	log := &eventLog{}
+	turn := userTurn("where is my order?")
+	turn.Events = log
+	out, err := r.RunModelStep(context.Background(), turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Kind != session.OutcomeTurnCompleted || out.TurnError != "" || len(out.ToolCalls) != 0 || out.RunState != "" {
+		t.Errorf("outcome = %+v", out)
+	}
+	if len(out.NewMessages) != 1 {
+		t.Fatalf("new messages = %+v", out.NewMessages)
+	}
+	answer := out.NewMessages[0]
+	if answer.Role != agent.RoleAssistant || answer.Text != "Your order shipped." || len(answer.Output) != 2 || answer.Output[0].Type != agent.OutputReasoning {
+		t.Errorf("answer = %+v", answer)
+	}
+	if out.Usage.ModelCalls != 1 || out.Usage.InputTokens == 0 {
+		t.Errorf("usage = %+v", out.Usage)
+	}
+	wantOpts := session.TurnOptions{BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser}, InterruptDeadline: time.Hour, MaxDurableWait: agent.DefaultMaxDurableWait}
+	if !slices.Equal(out.Options.BuiltInTools, wantOpts.BuiltInTools) || out.Options.InterruptDeadline != wantOpts.InterruptDeadline || out.Options.MaxDurableWait != wantOpts.MaxDurableWait {
+		t.Errorf("options = %+v, want %+v", out.Options, wantOpts)
+	}
+	if out.Metadata.Provider != agent.ScriptedProvider {
+		t.Errorf("metadata = %+v", out.Metadata)
+	}
+	if got := log.types(); !slices.Equal(got, []session.EventType{session.EventReasoningDelta, session.EventTextDelta}) {
+		t.Fatalf("events = %v", got)
+	}
+	var delta map[string]string
+	if err := json.Unmarshal(log.events[1].Payload, &delta); err != nil || delta["text"] != "Your order shipped." {
+		t.Errorf("text_delta = %s", log.events[1].Payload)
+	}
+	if reqs := model.Requests(); len(reqs) != 1 || reqs[0].Instructions != "Help." {
+		t.Errorf("requests = %+v", reqs)
+	}
+}
+
+func TestRunModelStepRequestsToolCalls(t *testing.T) {
+	yes := true
+	model := agent.NewScriptedModel(replying(agent.ScriptedReply{
+		Text: "Let me check.",
+		ToolCalls: []agent.ScriptedToolCall{
+			{ID: "c1", Name: "lookup", Arguments: `{"order_id":"7"}`},
+			{ID: "c2", Name: "refund", Arguments: map[string]string{"order_id": "7"}},
+			{ID: "c3", Name: "ask_user", Arguments: `{"question":"Sure?"}`},
+			{ID: "c4", Name: "mystery", Arguments: `{}`},
+			{ID: "c5", Name: "audited_lookup", Arguments: `{}`},
+		},
+	}))
+	r := newRunner(t, agent.Definition{
+		Model:        model,
+		Tools:        []agent.Tool{lookupTool(t, nil), refundTool(t)},
+		BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser},
+		ToolPolicies: map[string]agent.Policy{
+			"lookup":         {Effect: agent.EffectRead, RequiresApproval: &yes},
+			"audited_lookup": {Effect: agent.EffectRead},
+		},
+	})
+	turn := userTurn("refund 7")
+	turn.ModelCalls = 2
+	out, err := r.RunModelStep(context.Background(), turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Kind != session.OutcomeToolCallsRequested {
+		t.Fatalf("kind = %q", out.Kind)
+	}
+	if out.RunState != `{"modelCalls":3}` {
+		t.Errorf("RunState = %q", out.RunState)
+	}
+	if len(out.NewMessages) != 1 || out.NewMessages[0].Role != agent.RoleAssistant || len(out.NewMessages[0].ToolCalls) != 5 || out.NewMessages[0].Text != "Let me check." {
+		t.Errorf("new messages = %+v", out.NewMessages)
+	}
+	want := []struct {
+		id, name, args string
+		effect         agent.Effect
+		approval       bool
+	}{
+		{"c1", "lookup", `{"order_id":"7"}`, agent.EffectRead, true},
+		{"c2", "refund", `{"order_id":"7"}`, agent.EffectNonIdempotentWrite, true},
+		{"c3", "ask_user", `{"question":"Sure?"}`, agent.EffectUnclassified, false},
+		{"c4", "mystery", `{}`, agent.EffectUnclassified, false},
+		{"c5", "audited_lookup", `{}`, agent.EffectUnclassified, false},
+	}
+	if len(out.ToolCalls) != len(want) {
+		t.Fatalf("tool calls = %+v", out.ToolCalls)
+	}
+	for i, w := range want {
+		c := out.ToolCalls[i]
+		if c.ID != w.id || c.Name != w.name || c.Arguments != w.args || c.Policy.Effect != w.effect || c.Policy.ApprovalRequired() != w.approval {
+			t.Errorf("call %d = %+v (approval %v), want %+v", i, c, c.Policy.ApprovalRequired(), w)
+		}
+	}
+}
+
+func TestRunModelStepPastTheModelCallLimit(t *testing.T) {
+	model := agent.NewScriptedModel(replying(agent.ScriptedReply{
+		Text:      "Trying anyway.",
+		ToolCalls: []agent.ScriptedToolCall{{ID: "c1", Name: "lookup", Arguments: `{"order_id":"7"}`}, {ID: "c2", Name: "refund", Arguments: `{}`}},
+	}))
+	r := newRunner(t, agent.Definition{Model: model, Tools: []agent.Tool{lookupTool(t, nil), refundTool(t)}, MaxModelCallsPerTurn: 2})
+	turn := userTurn("x")
+	turn.ModelCalls = 2
+	out, err := r.RunModelStep(context.Background(), turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Kind != session.OutcomeTurnCompleted || len(out.ToolCalls) != 0 || out.RunState != "" {
+		t.Errorf("outcome = %+v, want a completed turn", out)
+	}
+	if len(out.NewMessages) != 3 {
+		t.Fatalf("new messages = %+v", out.NewMessages)
+	}
+	if out.NewMessages[0].Role != agent.RoleAssistant || len(out.NewMessages[0].ToolCalls) != 2 {
+		t.Errorf("answer = %+v", out.NewMessages[0])
+	}
+	limit := "The tool call was not run: this turn reached its limit of 2 model calls."
+	for i, id := range []string{"c1", "c2"} {
+		m := out.NewMessages[i+1]
+		if m.Role != agent.RoleTool || m.ToolCallID != id || m.Text != limit {
+			t.Errorf("result %d = %+v", i, m)
+		}
+	}
+	if out.NewMessages[1].ToolName != "lookup" || out.NewMessages[2].ToolName != "refund" {
+		t.Errorf("result tool names = %q %q", out.NewMessages[1].ToolName, out.NewMessages[2].ToolName)
+	}
+	if reqs := model.Requests(); len(reqs) != 1 || len(reqs[0].Tools) != 0 {
+		t.Errorf("the call past the limit offered tools: %+v", reqs)
+	}
+}
+
+type zeroUsageModel struct{}
+
+func (zeroUsageModel) CallModel(context.Context, agent.ModelRequest, agent.OutputWriter) (agent.ModelResponse, error) {
+	return agent.ModelResponse{Output: []agent.OutputItem{{Type: agent.OutputText, Text: "ok"}}}, nil
+}
+
+func (zeroUsageModel) EstimateInputTokens(agent.ModelRequest) int64 { return 0 }
+
+func TestRunModelStepCountsAModelCallTheClientDidNotReport(t *testing.T) {
+	r := newRunner(t, agent.Definition{Model: zeroUsageModel{}})
+	out, err := r.RunModelStep(context.Background(), userTurn("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Usage.ModelCalls != 1 {
+		t.Errorf("usage = %+v, want one model call", out.Usage)
+	}
+}
+
+func TestRunModelStepReturnsModelErrors(t *testing.T) {
+	boom := errors.New("provider down")
+	r := newRunner(t, agent.Definition{Model: agent.NewScriptedModel(func(agent.ModelRequest) (agent.ScriptedReply, error) { return agent.ScriptedReply{}, boom })})
+	if _, err := r.RunModelStep(context.Background(), userTurn("x")); !errors.Is(err, boom) {
+		t.Errorf("error = %v, want %v", err, boom)
+	}
+}
+
+func execution(name, args string, effect agent.Effect) session.ToolExecution {
+	return session.ToolExecution{
+		SessionID: "s1", TurnID: "turn-2",
+		Call:           session.ToolCallRecord{ID: "c9", Name: name, Arguments: args, Effect: effect, Status: session.ToolCallApproved},
+		IdempotencyKey: session.IdempotencyKey("s1", "turn-2", "c9"), Attempt: 2,
+	}
+}
+
+func TestExecuteToolCall(t *testing.T) {
+	plain := errors.New("connection reset")
+	failing := func(err error) func(context.Context, agent.ToolContext, orderArgs) (string, error) {
+		return func(context.Context, agent.ToolContext, orderArgs) (string, error) { return "ignored", err }
+	}
+	cases := []struct {
+		name    string
+		fn      func(context.Context, agent.ToolContext, orderArgs) (string, error)
+		tool    string
+		args    string
+		want    session.ToolOutcome
+		wantErr error
+	}{
+		{name: "succeeded", tool: "lookup", args: `{"order_id":"7"}`,
+			want: session.ToolOutcome{Kind: session.ToolResultSucceeded, Output: "order 7"}},
+		{name: "unknown tool", tool: "mystery", args: `{}`,
+			want: session.ToolOutcome{Kind: session.ToolResultFailed, Error: "unknown tool mystery"}},
+		{name: "arguments not JSON", tool: "lookup", args: `{"order_id"`,
+			want: session.ToolOutcome{Kind: session.ToolResultFailed, Error: "invalid arguments for lookup: arguments are not valid JSON"}},
+		{name: "tool execution error", tool: "lookup", args: `{"order_id":"7"}`, fn: failing(agent.Failed("order 7 not found")),
+			want: session.ToolOutcome{Kind: session.ToolResultFailed, Error: "order 7 not found"}},
+		{name: "wrapped tool execution error", tool: "lookup", args: `{"order_id":"7"}`, fn: failing(fmt.Errorf("lookup: %w", agent.Failed("gone"))),
+			want: session.ToolOutcome{Kind: session.ToolResultFailed, Error: "gone"}},
+		{name: "outcome unknown error", tool: "lookup", args: `{"order_id":"7"}`, fn: failing(agent.OutcomeUnknown("sent, no reply")),
+			want: session.ToolOutcome{Kind: session.ToolResultOutcomeUnknown, Error: "sent, no reply"}},
+		{name: "other error", tool: "lookup", args: `{"order_id":"7"}`, fn: failing(plain),
+			wantErr: plain},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRunner(t, agent.Definition{Tools: []agent.Tool{lookupTool(t, c.fn)}})
+			out, err := r.ExecuteToolCall(context.Background(), execution(c.tool, c.args, agent.EffectRead))
+			if c.wantErr != nil {
+				if !errors.Is(err, c.wantErr) || out != (session.ToolOutcome{}) {
+					t.Errorf("ExecuteToolCall = %+v, %v; want the error %v", out, err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || out != c.want {
+				t.Errorf("ExecuteToolCall = %+v, %v; want %+v", out, err, c.want)
+			}
+		})
+	}
+}
+
+func TestExecuteToolCallGivesTheToolItsContext(t *testing.T) {
+	var seen agent.ToolContext
+	tool := lookupTool(t, func(_ context.Context, call agent.ToolContext, a orderArgs) (string, error) {
+		seen = call
+		call.Heartbeat()
+		call.Events.WriteEvent("order_checked", map[string]string{"order_id": a.OrderID})
+		return "ok", nil
+	})
+	r := newRunner(t, agent.Definition{Tools: []agent.Tool{tool}})
+	log := &eventLog{}
+	exec := execution("lookup", `{"order_id":"7"}`, agent.EffectIdempotentWrite)
+	exec.Events = log
+	out, err := r.ExecuteToolCall(context.Background(), exec)
+	if err != nil || out.Kind != session.ToolResultSucceeded {
+		t.Fatalf("ExecuteToolCall = %+v, %v", out, err)
+	}
+	if seen.SessionID != "s1" || seen.TurnID != "turn-2" || seen.ToolCallID != "c9" || seen.IdempotencyKey != "s1/turn-2/c9" || seen.Attempt != 2 || seen.Effect != agent.EffectIdempotentWrite {
+		t.Errorf("tool context = %+v", seen)
+	}
+	if len(log.events) != 1 || log.events[0].Type != "order_checked" || log.events[0].TurnID != "turn-2" || string(log.events[0].Payload) != `{"order_id":"7"}` {
+		t.Errorf("tool events = %+v", log.events)
+	}
+
+	// Without an event writer or heartbeat, a tool still runs.
+	exec.Events, exec.Heartbeat = nil, nil
+	if out, err := r.ExecuteToolCall(context.Background(), exec); err != nil || out.Output != "ok" {
+		t.Errorf("ExecuteToolCall without writer = %+v, %v", out, err)
+	}
+}
+
+func TestExecuteToolCallHeartbeats(t *testing.T) {
+	beats := 0
+	tool := lookupTool(t, func(_ context.Context, call agent.ToolContext, _ orderArgs) (string, error) {
+		call.Heartbeat()
+		call.Heartbeat()
+		return "ok", nil
+	})
+	r := newRunner(t, agent.Definition{Tools: []agent.Tool{tool}})
+	exec := execution("lookup", `{"order_id":"7"}`, agent.EffectRead)
+	exec.Heartbeat = func() { beats++ }
+	if _, err := r.ExecuteToolCall(context.Background(), exec); err != nil {
+		t.Fatal(err)
+	}
+	if beats != 2 {
+		t.Errorf("heartbeats = %d, want 2", beats)
+	}
+}
+
+// TestATurnRunsThroughTheSession drives the session state with the loop
+// runner and the demo script, as the engine does, without an engine.
+func TestATurnRunsThroughTheSession(t *testing.T) {
+	r := newRunner(t, agent.Definition{Instructions: "Demo.", Tools: []agent.Tool{lookupTool(t, nil), refundTool(t)}})
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := session.NewState("s1")
+	s.Start(session.StartInput{RequestID: "r1", InitialMessage: `call lookup {"order_id":"7"}`})
+
+	turn, err := s.TurnContext("turn-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.RunModelStep(context.Background(), turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, _ := s.ApplyModelOutcome(out, now)
+	if len(records) != 1 || records[0].Status != session.ToolCallApproved || records[0].Effect != agent.EffectRead {
+		t.Fatalf("records = %+v", records)
+	}
+	rec := *records[0]
+	result, err := r.ExecuteToolCall(context.Background(), session.ToolExecution{
+		SessionID: "s1", TurnID: "turn-1", Call: rec, IdempotencyKey: session.IdempotencyKey("s1", "turn-1", rec.ID), Attempt: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.RecordToolOutcome(rec.ID, result)
+	if !s.ToolCallsFinal() {
+		t.Fatal("the call is not final")
+	}
+	s.ResumeTurn()
+
+	turn, err = s.TurnContext("turn-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if turn.ModelCalls != 1 {
+		t.Errorf("model calls = %d", turn.ModelCalls)
+	}
+	out, err = r.RunModelStep(context.Background(), turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, events := s.ApplyModelOutcome(out, now)
+	if s.Turn != nil || events[len(events)-1].Type != session.EventTurnCompleted {
+		t.Fatalf("the turn did not complete: %+v", s.Turn)
+	}
+	var texts []string
+	for _, m := range s.Messages {
+		texts = append(texts, string(m.Role)+": "+m.Text)
+	}
+	want := []string{
+		`user: call lookup {"order_id":"7"}`,
+		"assistant: ",
+		"tool: order 7",
+		"assistant: Done. lookup: order 7",
+	}
+	if !slices.Equal(texts, want) {
+		t.Errorf("messages =\n%s\nwant\n%s", strings.Join(texts, "\n"), strings.Join(want, "\n"))
+	}
+	if s.Usage.ModelCalls != 2 {
+		t.Errorf("session usage = %+v", s.Usage)
+	}
+}
