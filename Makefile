@@ -64,6 +64,11 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 test: verify-gen vet lint envtest temporal ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server and Temporal dev server.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: record-histories
+record-histories: temporal ## Record the session histories the replay tests replay (before changing workflow code).
+	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories \
+		go test -count=1 -run TestRecordHistories ./internal/enginetest/
+
 ##@ Build and run
 
 .PHONY: build

@@ -50,9 +50,20 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 	return a.Runner.RunModelStep(ctx, turn)
 }
 
-// CallTool runs one read or idempotent write call; it is also registered as
-// CallSingleAttemptTool, whose retry policy allows one attempt.
+// CallTool runs one read or idempotent write call; its retry policy allows
+// three attempts.
 func (a *Activities) CallTool(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
+	return a.callTool(ctx, in)
+}
+
+// CallSingleAttemptTool runs one non-idempotent write or unclassified call;
+// its retry policy allows one attempt. It is its own activity type, so the
+// history names the Step that ran.
+func (a *Activities) CallSingleAttemptTool(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
+	return a.callTool(ctx, in)
+}
+
+func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
 	info := activity.GetInfo(ctx)
 	events := a.writer(ctx, in.TurnID)
 	events.Write(session.NewEvent(session.EventToolCallStarted, in.TurnID, map[string]string{

@@ -85,7 +85,7 @@ func newHarness(t *testing.T, def agent.Definition) *harness {
 	acts := &Activities{Runner: runner, State: envLoader{h.env}, Events: h.events}
 	h.env.RegisterActivityWithOptions(acts.RunModel, activity.RegisterOptions{Name: string(session.StepRunModel)})
 	h.env.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallTool)})
-	h.env.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallSingleAttemptTool)})
+	h.env.RegisterActivityWithOptions(acts.CallSingleAttemptTool, activity.RegisterOptions{Name: string(session.StepCallSingleAttemptTool)})
 	return h
 }
 

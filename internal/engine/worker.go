@@ -48,7 +48,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
 	w.RegisterActivityWithOptions(acts.RunModel, activity.RegisterOptions{Name: string(session.StepRunModel)})
 	w.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallTool)})
-	w.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallSingleAttemptTool)})
+	w.RegisterActivityWithOptions(acts.CallSingleAttemptTool, activity.RegisterOptions{Name: string(session.StepCallSingleAttemptTool)})
 	return w
 }
 

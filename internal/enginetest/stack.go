@@ -115,6 +115,7 @@ func NewStack(t testing.TB, flowType string) *Stack {
 			Definition: workerconfig.Definition{
 				Name: "test", Model: workerconfig.Model{Provider: "scripted", Name: "test"},
 				DefaultToolEffect: "unclassified",
+				BuiltInTools:      []string{"ask_user", "durable_wait"},
 				Limits: workerconfig.Limits{
 					MaxModelCallsPerTurn: 100, MaxDurableWait: metav1.Duration{Duration: time.Hour},
 					EventStreamCapacityBytes: 1 << 20,

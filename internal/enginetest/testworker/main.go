@@ -59,6 +59,16 @@ func main() {
 			}
 			return agent.ScriptedReply{Text: "results: " + strings.Join(parts, "; ")}, nil
 		}
+		// "ask: <question>" asks the user; "wait: <seconds>" waits durably.
+		if _, question, ok := strings.Cut(last, "ask: "); ok {
+			return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "q1", Name: "ask_user",
+				Arguments: map[string]any{"question": question, "choices": []string{"red", "blue"}}}}}, nil
+		}
+		if _, seconds, ok := strings.Cut(last, "wait: "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(seconds))
+			return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "w1", Name: "durable_wait",
+				Arguments: map[string]any{"duration_seconds": n, "reason": "test"}}}}, nil
+		}
 		// A message "tools: a, b" calls the named tools in parallel.
 		if _, rest, ok := strings.Cut(last, "tools: "); ok {
 			var reply agent.ScriptedReply

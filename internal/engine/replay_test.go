@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	temporallog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// recordedFlowType is the Flow type of the recorded sessions.
+const recordedFlowType = "Recorded"
+
+// TestReplayRecordedHistories replays session histories that an earlier
+// version of the workflow code wrote on a real Temporal server: chat turns,
+// an approval and a rejection, a question and a durable wait, and a tool
+// call retried after a worker was killed. A change to workflow code that
+// would break a running session fails here. Re-record the fixtures with
+// `make record-histories` only when a release is meant to replace them.
+func TestReplayRecordedHistories(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recorded histories in testdata/histories (%v)", err)
+	}
+	logger := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			replayer := worker.NewWorkflowReplayer()
+			flow := &Flow{Timings: DefaultTimings()}
+			replayer.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: recordedFlowType})
+			if err := replayer.ReplayWorkflowHistoryFromJSONFile(logger, file); err != nil {
+				t.Fatalf("replaying %s: %v", file, err)
+			}
+		})
+	}
+}
+
+// TestReplayCatchesANonDeterministicChange shows the replay test has teeth:
+// a workflow that schedules a different Step than the history recorded
+// fails to replay.
+func TestReplayCatchesANonDeterministicChange(t *testing.T) {
+	logger := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	replayer := worker.NewWorkflowReplayer()
+	changed := func(ctx workflow.Context, in SessionInput) error {
+		opts := workflow.ActivityOptions{StartToCloseTimeout: 1}
+		return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), "SomeOtherStep").Get(ctx, nil)
+	}
+	replayer.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: recordedFlowType})
+	if err := replayer.ReplayWorkflowHistoryFromJSONFile(logger, filepath.Join("testdata", "histories", "chat.json")); err == nil {
+		t.Fatal("a workflow that does something else replayed the recorded history without an error")
+	}
+	if _, err := os.Stat(filepath.Join("testdata", "histories", "chat.json")); err != nil {
+		t.Fatal(err)
+	}
+}

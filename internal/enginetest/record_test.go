@@ -1,0 +1,106 @@
+package enginetest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/stepwise-run/stepwise/pkg/client"
+)
+
+// RecordHistoriesEnv names the directory TestRecordHistories writes to. The
+// histories it records are the replay tests' fixtures: record them with
+// `make record-histories` before a change to workflow code, so the replay
+// tests prove the new code replays what the old code wrote.
+const RecordHistoriesEnv = "STEPWISE_RECORD_HISTORIES"
+
+// ReplayFlowType is the Flow type the recorded sessions run under.
+const ReplayFlowType = "Recorded"
+
+func TestRecordHistories(t *testing.T) {
+	dir := os.Getenv(RecordHistoriesEnv)
+	if dir == "" {
+		t.Skipf("set %s to a directory to record session histories for the replay tests", RecordHistoriesEnv)
+	}
+	s := NewStack(t, ReplayFlowType)
+	sessions := client.New(s.Client, s.FlowType, "")
+	ctx := context.Background()
+	first := s.StartWorker()
+	interrupt := func(id string) string {
+		var found string
+		Eventually(t, waitLong, "an interrupt of "+id, func() (bool, error) {
+			snap, err := sessions.Snapshot(ctx, id)
+			if err != nil || len(snap.PendingInterrupts) == 0 {
+				return false, err
+			}
+			found = snap.PendingInterrupts[0].ID
+			return true, nil
+		})
+		return found
+	}
+	must := func(ok bool, err error) {
+		t.Helper()
+		if !ok || err != nil {
+			t.Fatalf("RPC = %v, %v", ok, err)
+		}
+	}
+
+	must(sessions.Start(ctx, "chat", "hello"))
+	must(sessions.Send(ctx, "chat", "again"))
+	lastAnswer(t, sessions, "chat", 2)
+
+	must(sessions.Start(ctx, "approvals", "tools: write_approved"))
+	must(sessions.Approve(ctx, "approvals", interrupt("approvals")))
+	lastAnswer(t, sessions, "approvals", 1)
+	must(sessions.Send(ctx, "approvals", "tools: write_approved, read_a"))
+	must(sessions.Reject(ctx, "approvals", interrupt("approvals"), "not today"))
+	lastAnswer(t, sessions, "approvals", 2)
+
+	must(sessions.Start(ctx, "builtins", "ask: Which color?"))
+	must(sessions.Answer(ctx, "builtins", interrupt("builtins"), "blue"))
+	lastAnswer(t, sessions, "builtins", 1)
+	must(sessions.Send(ctx, "builtins", "wait: 1"))
+	lastAnswer(t, sessions, "builtins", 2)
+
+	gate := s.Gate("read_a")
+	if err := gate.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	must(sessions.Start(ctx, "crash", "tools: read_a, read_b"))
+	if err := gate.WaitReached(waitLong); err != nil {
+		t.Fatal(err)
+	}
+	first.Kill()
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	s.StartWorker()
+	lastAnswer(t, sessions, "crash", 1)
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"chat", "approvals", "builtins", "crash"} {
+		var history historypb.History
+		it := s.Client.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			event, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			history.Events = append(history.Events, event)
+		}
+		doc, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&history)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, id+".json"), doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
