@@ -69,6 +69,10 @@ record-histories: temporal ## Record the session histories the replay tests repl
 	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories \
 		go test -count=1 -run TestRecordHistories ./internal/enginetest/
 
+.PHONY: bench
+bench: temporal ## Measure the engine's per-Step overhead and turns per second on a local Temporal dev server.
+	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) go test -run '^$$' -bench . -benchtime 200x -count 1 ./internal/enginetest/
+
 ##@ Build and run
 
 .PHONY: build

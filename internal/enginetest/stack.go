@@ -31,6 +31,14 @@ import (
 // `make test` sets it to the CLI it builds into bin/.
 const TemporalCLIEnv = "STEPWISE_TEMPORAL_CLI"
 
+// DevServerArgs tune the dev server for one machine: one partition per task
+// queue, so a task never waits to be forwarded to the partition a worker
+// polls.
+var DevServerArgs = []string{
+	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+}
+
 // StartDevServer starts a Temporal dev server with the active-Step search
 // attribute registered, and stops it when the test ends.
 func StartDevServer(t testing.TB) *testsuite.DevServer {
@@ -47,6 +55,7 @@ func StartDevServer(t testing.TB) *testsuite.DevServer {
 		SearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeywordList(engine.ActiveStepsAttribute).ValueSet(nil)),
 		Stdout: io.Discard, Stderr: io.Discard,
+		ExtraArgs: DevServerArgs,
 	})
 	if err != nil {
 		t.Fatalf("starting the Temporal dev server: %v", err)
