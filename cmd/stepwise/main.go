@@ -44,6 +44,11 @@ Flags:
 const exitFalse = 3
 
 func main() {
+	os.Exit(stepwise())
+}
+
+// stepwise runs the command line and returns the exit status.
+func stepwise() int {
 	flags := flag.NewFlagSet("stepwise", flag.ExitOnError)
 	address := flags.String("address", envOr("STEPWISE_ENGINE_ADDRESS", "localhost:7233"), "Temporal frontend address (STEPWISE_ENGINE_ADDRESS).")
 	namespace := flags.String("namespace", envOr("STEPWISE_ENGINE_NAMESPACE", "default"), "Temporal namespace (STEPWISE_ENGINE_NAMESPACE).")
@@ -57,7 +62,7 @@ func main() {
 	_ = flags.Parse(os.Args[1:])
 	if flags.NArg() == 0 {
 		flags.Usage()
-		os.Exit(2)
+		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -66,14 +71,14 @@ func main() {
 		Logger: temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	})
 	if err != nil {
-		fail(fmt.Errorf("connecting to Temporal at %s: %w", *address, err))
+		return fail(fmt.Errorf("connecting to Temporal at %s: %w", *address, err))
 	}
 	defer c.Close()
 	status, err := run(ctx, c, *namespace, *flowType, *taskQueue, flags.Args(), os.Stdout)
 	if err != nil {
-		fail(err)
+		return fail(err)
 	}
-	os.Exit(status)
+	return status
 }
 
 func envOr(name, fallback string) string {
@@ -83,9 +88,9 @@ func envOr(name, fallback string) string {
 	return fallback
 }
 
-func fail(err error) {
+func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "stepwise:", err)
-	os.Exit(1)
+	return 1
 }
 
 // run executes one command and returns the exit status.

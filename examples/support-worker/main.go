@@ -51,7 +51,7 @@ func (p *payments) refund(key string, a refundArgs) string {
 	if id, ok := p.refunds[key]; ok {
 		return id
 	}
-	id := fmt.Sprintf("rf-%d", len(p.refunds)+1)
+	id := fmt.Sprintf("rf-%d-%s", len(p.refunds)+1, a.OrderID)
 	p.refunds[key] = id
 	return id
 }

@@ -117,7 +117,7 @@ func startWorker(c client.Client, agent *agentsv1.Agent, binary, workDir string)
 		select {
 		case err := <-done:
 			log, _ := os.ReadFile(logFile.Name())
-			return nil, fmt.Errorf("the worker exited before it was ready (%v):\n%s", err, log)
+			return nil, fmt.Errorf("the worker exited before it was ready (%w):\n%s", err, log)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -134,7 +134,7 @@ func runDemoSession(out io.Writer, c temporalclient.Client, agent *agentsv1.Agen
 	const id = "demo-session"
 	step(out, "starting session %s: %q", id, "Please refund order 7")
 	if ok, err := s.Start(ctx, id, "Please refund order 7"); err != nil || !ok {
-		return fmt.Errorf("starting the demo session: started=%v, %v", ok, err)
+		return fmt.Errorf("starting the demo session: started=%v: %w", ok, err)
 	}
 	var interrupt sessions.Interrupt
 	if err := poll(ctx, func() (bool, error) {
@@ -162,7 +162,7 @@ func runDemoSession(out io.Writer, c temporalclient.Client, agent *agentsv1.Agen
 	}
 	step(out, "approving %s", interrupt.ID)
 	if ok, err := s.Approve(ctx, id, interrupt.ID); err != nil || !ok {
-		return fmt.Errorf("approving: ok=%v, %v", ok, err)
+		return fmt.Errorf("approving: ok=%v: %w", ok, err)
 	}
 	var snap sessions.Snapshot
 	if err := poll(ctx, func() (bool, error) {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -200,9 +199,4 @@ func (l *callLog) count() int {
 
 type orderArgs struct {
 	OrderID string `json:"order_id"`
-}
-
-func mustJSON(v any) string {
-	raw, _ := json.Marshal(v)
-	return string(raw)
 }

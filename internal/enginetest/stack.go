@@ -84,7 +84,7 @@ func workerBinary(t testing.TB) string {
 		cmd := exec.Command("go", "build", "-o", built, "./testworker")
 		cmd.Dir = filepath.Dir(file)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building the test worker: %v\n%s", err, out)
+			buildErr = fmt.Errorf("building the test worker: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

@@ -905,7 +905,9 @@ func TestRecordToolOutcome(t *testing.T) {
 	if events := s.RecordToolOutcome("nope", ToolOutcome{Kind: ToolResultSucceeded}); events != nil {
 		t.Errorf("recording an unknown call wrote %v", eventTypes(events))
 	}
-	s.Resolve(ResolveRequest{InterruptID: "w1"}, testNow)
+	if _, err := s.Resolve(ResolveRequest{InterruptID: "w1"}, testNow); err != nil {
+		t.Fatal(err)
+	}
 	if events := s.RecordToolOutcome("w1", ToolOutcome{Kind: ToolResultSucceeded, Output: "ran"}); events != nil {
 		t.Errorf("a rejected call was recorded as run: %v", eventTypes(events))
 	}

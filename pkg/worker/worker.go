@@ -61,6 +61,10 @@ const DefaultStopTimeout = 290 * time.Second
 
 // Main runs a worker from the command line until SIGTERM, and exits.
 func Main(opts Options) {
+	os.Exit(main(opts))
+}
+
+func main(opts Options) int {
 	configPath := flag.String("config", "/etc/stepwise/worker/"+workerconfig.FileName, "Path of the worker configuration document.")
 	stopTimeout := flag.Duration("stop-timeout", DefaultStopTimeout, "How long running Steps may finish after SIGTERM.")
 	flag.Parse()
@@ -78,8 +82,9 @@ func Main(opts Options) {
 	}
 	if err != nil {
 		opts.Logger.Error("the worker stopped", "error", err.Error())
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // Definition builds the agent definition from the configuration and the
