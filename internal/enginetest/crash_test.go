@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,3 +228,43 @@ func TestTwoToolCallsOfOneResponseRunAtTheSameTime(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestSIGTERMStopsTakingTasksAndLetsARunningStepFinish(t *testing.T) {
+	s := NewStack(t, "Drain")
+	sessions := client.New(s.Client, s.FlowType, "")
+	gate := s.Gate("read_a")
+	if err := gate.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	first := s.StartWorker()
+	if ok, err := sessions.Start(context.Background(), "s1", "tools: read_a"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	if err := gate.WaitReached(waitLong); err != nil {
+		t.Fatal(err)
+	}
+	first.Terminate()
+	Eventually(t, waitLong, "the worker to report not ready", func() (bool, error) {
+		resp, err := http.Get("http://" + first.Health + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable, nil
+	})
+	if first.Exited() {
+		t.Fatal("the worker exited while its Step was still running")
+	}
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, waitLong, "the worker to exit after its Step finished", func() (bool, error) { return first.Exited(), nil })
+	s.StartWorker()
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: read_a=read_a done: n1" {
+		t.Errorf("answer = %q", answer)
+	}
+	calls := callsOf(s, "read_a")
+	if len(calls) != 1 || calls[0][2] != "1" || calls[0][3] != itoa(first.Pid()) {
+		t.Errorf("read_a calls = %v, want one attempt, finished by the stopping worker %d", calls, first.Pid())
+	}
+}

@@ -200,10 +200,19 @@ func (w *Worker) Kill() {
 	<-w.done
 }
 
-// Stop sends SIGTERM and waits for the worker to exit.
-func (w *Worker) Stop() {
+// Terminate sends SIGTERM, as Kubernetes does when it stops a pod.
+func (w *Worker) Terminate() {
 	_ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGTERM)
-	<-w.done
+}
+
+// Exited reports whether the worker process has exited.
+func (w *Worker) Exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Pid is the worker's process ID.
