@@ -240,7 +240,7 @@ func (r *run) awaitInterrupt(ctx workflow.Context, rec *session.ToolCallRecord) 
 	defer r.leave(step)
 	moved := func() bool { return r.record(rec.ID) != rec || rec.Status != waiting }
 	for !moved() {
-		in, ok := r.s.Interrupt(rec.ID)
+		in, ok := r.s.InterruptOf(rec.ID)
 		if !ok || in.Deadline == nil {
 			return workflow.Await(ctx, moved)
 		}
@@ -251,7 +251,7 @@ func (r *run) awaitInterrupt(ctx workflow.Context, rec *session.ToolCallRecord) 
 				return err
 			}
 		}
-		r.emit(waitStepID(step, r.s.Turn.ID, rec.ID), r.s.ExpireInterrupt(rec.ID, workflow.Now(ctx)))
+		r.emit(waitStepID(step, r.s.Turn.ID, rec.ID), r.s.ExpireInterrupt(in.ID, workflow.Now(ctx)))
 	}
 	return nil
 }
@@ -289,7 +289,11 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 		IdempotencyKey: session.IdempotencyKey(r.s.SessionID, turnID, rec.ID),
 	}).Get(ctx, &out)
 	r.leave(step)
-	if err == nil {
+	switch {
+	case err == nil && out.Kind == session.ToolResultInputRequested && out.Question != nil:
+		r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.Continuation, workflow.Now(ctx)))
+		return
+	case err == nil:
 		r.emit(stepID, r.s.RecordToolOutcome(rec.ID, out))
 		return
 	}

@@ -84,11 +84,16 @@ type Timings struct {
 	RetryInterval time.Duration
 }
 
-// DefaultTimings are the seed's Step limits.
+// DefaultTimings are the seed's Step limits, read from the Step definitions
+// the published Flow graph shows, so the graph and the engine never differ.
 func DefaultTimings() Timings {
+	model, _ := session.Step(session.StepRunModel)
+	tool, _ := session.Step(session.StepCallTool)
 	return Timings{
-		ModelAttempt: 15 * time.Minute, ModelWithin: 30 * time.Minute, ModelAttempts: 3,
-		ToolAttempt: 10 * time.Minute, ToolAttempts: 3, ToolQueueTimeout: 30 * time.Minute,
-		Heartbeat: 2 * time.Minute, RetryInterval: time.Second,
+		ModelAttempt: model.AttemptTimeout, ModelWithin: model.Retry.Within,
+		ModelAttempts: int32(model.Retry.MaxAttempts), //nolint:gosec // a handful of attempts
+		ToolAttempt:   10 * time.Minute, ToolQueueTimeout: 30 * time.Minute,
+		ToolAttempts: int32(tool.Retry.MaxAttempts), //nolint:gosec // a handful of attempts
+		Heartbeat:    model.HeartbeatTimeout, RetryInterval: time.Second,
 	}
 }

@@ -6,6 +6,7 @@ package loop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -143,10 +144,19 @@ func (r *Runner) ExecuteToolCall(ctx context.Context, call session.ToolExecution
 		SessionID: call.SessionID, TurnID: call.TurnID, ToolCallID: call.Call.ID,
 		IdempotencyKey: call.IdempotencyKey, Attempt: call.Attempt, Effect: call.Call.Effect,
 		Heartbeat: heartbeat, Events: toolEvents{w: call.Events, turnID: call.TurnID},
+		Answers: call.Call.InputAnswers, Continuation: call.Call.InputContinuation,
 	}
 	output, err := tool.Call(ctx, tc, call.Call.Arguments)
 	if err == nil {
 		return session.ToolOutcome{Kind: session.ToolResultSucceeded, Output: output}, nil
+	}
+	var input *agent.InputRequest
+	if errors.As(err, &input) {
+		return session.ToolOutcome{
+			Kind:         session.ToolResultInputRequested,
+			Question:     &session.Question{Text: input.Question, Choices: input.Choices, AllowsFreeText: input.AllowsFreeText},
+			Continuation: input.Continuation,
+		}, nil
 	}
 	if e, ok := agent.IsExecutionError(err); ok {
 		return session.ToolOutcome{Kind: session.ToolResultFailed, Error: e.Message}, nil

@@ -83,6 +83,12 @@ type ToolCallRecord struct {
 	WaitReason string     `json:"waitReason,omitempty"`
 	// Question is the question of an ask_user call.
 	Question *Question `json:"question,omitempty"`
+	// InputQuestions counts the questions the tool asked; InputAnswers are
+	// their resolutions and InputContinuation what the tool asked to get
+	// back, handed to the tool when it runs again.
+	InputQuestions    int                    `json:"inputQuestions,omitempty"`
+	InputAnswers      []agent.QuestionAnswer `json:"inputAnswers,omitempty"`
+	InputContinuation string                 `json:"inputContinuation,omitempty"`
 	// ResultStored is true once the call's result is a stored message.
 	ResultStored bool `json:"resultStored,omitempty"`
 }

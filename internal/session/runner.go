@@ -99,6 +99,9 @@ const (
 	ToolResultSucceeded      ToolOutcomeKind = "succeeded"
 	ToolResultFailed         ToolOutcomeKind = "failed"
 	ToolResultOutcomeUnknown ToolOutcomeKind = "outcome_unknown"
+	// ToolResultInputRequested asks the user a question before the tool
+	// takes any effect; the tool Step runs again with the answer.
+	ToolResultInputRequested ToolOutcomeKind = "input_requested"
 )
 
 // ToolOutcome is the result of one tool Step. A failure the model should
@@ -108,6 +111,9 @@ type ToolOutcome struct {
 	Kind   ToolOutcomeKind `json:"kind"`
 	Output string          `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Question and Continuation are an input request's.
+	Question     *Question `json:"question,omitempty"`
+	Continuation string    `json:"continuation,omitempty"`
 }
 
 // EventWriter writes session events. Events are best effort and never part

@@ -306,6 +306,16 @@ func (s *State) Interrupt(id string) (Interrupt, bool) {
 	return Interrupt{}, false
 }
 
+// InterruptOf returns the pending interrupt of a tool call.
+func (s *State) InterruptOf(toolCallID string) (Interrupt, bool) {
+	for _, in := range s.Interrupts {
+		if in.ToolCallID == toolCallID {
+			return in, true
+		}
+	}
+	return Interrupt{}, false
+}
+
 func (s *State) removeInterrupt(id string) {
 	s.Interrupts = slices.DeleteFunc(s.Interrupts, func(in Interrupt) bool { return in.ID == id })
 }
@@ -356,6 +366,8 @@ func (s *State) Resolve(req ResolveRequest, now time.Time) ([]Event, error) {
 	rejection := ""
 	var events []Event
 	switch {
+	case in.Kind == InterruptQuestion && r.BuiltIn == "":
+		returnToTool(r, in, agent.QuestionDeclined, "")
 	case in.Kind == InterruptQuestion:
 		events = s.finish(r, ToolCallRejected, DeclinedAnswerText, "")
 	case req.Approved:
@@ -411,6 +423,10 @@ func (s *State) Answer(req AnswerRequest, now time.Time) ([]Event, error) {
 	in, r, _ := s.pendingInterrupt(req.InterruptID, now)
 	s.removeInterrupt(in.ID)
 	events := []Event{resolvedEvent(in, true, true, "")}
+	if r.BuiltIn == "" {
+		returnToTool(r, in, agent.QuestionAnswered, req.Answer)
+		return events, nil
+	}
 	output := jsonText(struct {
 		Status string `json:"status"`
 		Answer string `json:"answer"`
@@ -432,6 +448,10 @@ func (s *State) ExpireInterrupt(id string, now time.Time) []Event {
 	}
 	s.removeInterrupt(id)
 	events := []Event{resolvedEvent(in, false, false, "")}
+	if in.Kind == InterruptQuestion && r.BuiltIn == "" {
+		returnToTool(r, in, agent.QuestionDeadlinePassed, "")
+		return events
+	}
 	if in.Kind == InterruptQuestion {
 		return append(events, s.finish(r, ToolCallRejected, QuestionDeadlineText, "")...)
 	}
@@ -484,6 +504,38 @@ func (s *State) RecordToolOutcome(id string, out ToolOutcome) []Event {
 	}
 }
 
+// RequestToolInput is a tool Step whose tool asked a question before it took
+// any effect: the call waits in AwaitQuestionAnswer under the interrupt ID
+// "<toolCallID>-input-<n>". When another call of the turn already uses that
+// ID, the asking call fails instead.
+func (s *State) RequestToolInput(id string, q Question, continuation string, now time.Time) []Event {
+	r := s.activeRecord(id)
+	if r == nil || r.Status.Final() {
+		return nil
+	}
+	if strings.TrimSpace(q.Text) == "" || (len(q.Choices) == 0 && !q.AllowsFreeText) {
+		return s.finish(r, ToolCallFailed, "", "the tool asked a question that cannot be answered: it is blank, or has no choices and allows no free text")
+	}
+	r.InputQuestions++
+	questionID := fmt.Sprintf("%s-input-%d", r.ID, r.InputQuestions)
+	if _, taken := s.Interrupt(questionID); taken || s.Turn.ToolCall(questionID) != nil {
+		return s.finish(r, ToolCallFailed, "", fmt.Sprintf("the tool's question ID %s is already used by another call of this turn", questionID))
+	}
+	r.Status, r.Question, r.InputContinuation = ToolCallAwaitingAnswer, &q, continuation
+	return []Event{s.raise(Interrupt{ID: questionID, Kind: InterruptQuestion, Question: &q}, r, now)}
+}
+
+// returnToTool hands a tool's question back to its tool Step with how it
+// was resolved; the tool decides what a decline means.
+func returnToTool(r *ToolCallRecord, in Interrupt, resolution agent.QuestionResolution, answer string) {
+	text := ""
+	if in.Question != nil {
+		text = in.Question.Text
+	}
+	r.InputAnswers = append(r.InputAnswers, agent.QuestionAnswer{QuestionID: in.ID, Question: text, Resolution: resolution, Answer: answer})
+	r.Status, r.Question = ToolCallApproved, nil
+}
+
 // RecordToolStepExhausted is the failure route of a tool Step whose attempts
 // ran out (RecordToolFailure for reads and idempotent writes,
 // RecordToolOutcomeUnknown otherwise). A call whose Step never reached a
@@ -495,7 +547,9 @@ func (s *State) RecordToolStepExhausted(id string, started bool, detail string) 
 		return nil
 	}
 	switch {
-	case !started:
+	case !started && r.InputQuestions == 0:
+		// A call whose tool asked a question ran before, so only a call
+		// that never reached a worker at all is safe to call again.
 		return s.finish(r, ToolCallFailed, "", ToolCallNotRunPrefix+": "+detail)
 	case r.Effect == agent.EffectRead:
 		return s.finish(r, ToolCallFailed, "", detail)

@@ -188,11 +188,55 @@ type ToolContext struct {
 	// Effect is the call's effect class after the tool policies; it chose the
 	// tool Step.
 	Effect Effect
+	// Answers are the resolutions of the questions this call asked, oldest
+	// first; Continuation is what the last InputRequest asked to get back.
+	Answers      []QuestionAnswer
+	Continuation string
 	// Heartbeat records liveness for a long call; the session already
 	// heartbeats in the background.
 	Heartbeat func()
 	// Events writes session events for this call.
 	Events EventWriter
+}
+
+// InputRequest asks the user a question before the tool takes any effect.
+// A tool returns it as its error: the session asks the question, waits for
+// the answer, and runs the tool again with the answer in
+// ToolContext.Answers. Return it only before the tool has changed anything.
+type InputRequest struct {
+	Question       string
+	Choices        []string
+	AllowsFreeText bool
+	// Continuation is handed back in ToolContext.Continuation on the next
+	// run, so the tool can tell which question the answer is for.
+	Continuation string
+}
+
+func (r *InputRequest) Error() string { return "the tool asks the user: " + r.Question }
+
+// AskUser returns an InputRequest for a question; without choices the user
+// answers in free text.
+func AskUser(question string, choices ...string) error {
+	return &InputRequest{Question: question, Choices: choices, AllowsFreeText: len(choices) == 0}
+}
+
+// QuestionResolution says how a tool's question ended.
+type QuestionResolution string
+
+// Question resolutions.
+const (
+	QuestionAnswered       QuestionResolution = "answered"
+	QuestionDeclined       QuestionResolution = "declined"
+	QuestionDeadlinePassed QuestionResolution = "deadline_passed"
+)
+
+// QuestionAnswer is how the user resolved a question a tool asked.
+type QuestionAnswer struct {
+	// QuestionID is the interrupt ID, "<toolCallID>-input-<n>".
+	QuestionID string             `json:"questionId"`
+	Question   string             `json:"question"`
+	Resolution QuestionResolution `json:"resolution"`
+	Answer     string             `json:"answer,omitempty"`
 }
 
 // EventWriter writes a tool's own session events. Events are best effort.

@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+type sizeArgs struct {
+	Item string `json:"item"`
+}
+
+// sizeTool asks which size before it orders, and orders with the answer.
+func sizeTool(log *callLog) agent.Tool {
+	return agent.MustTool("order_item", "Order an item in a size.", agent.EffectNonIdempotentWrite,
+		func(_ context.Context, call agent.ToolContext, a sizeArgs) (string, error) {
+			log.add(call)
+			if len(call.Answers) == 0 {
+				return "", &agent.InputRequest{Question: "Which size of " + a.Item + "?", Choices: []string{"S", "M"}, Continuation: "size"}
+			}
+			last := call.Answers[len(call.Answers)-1]
+			if last.Resolution != agent.QuestionAnswered {
+				return "", agent.Failed("no size: the question was %s", last.Resolution)
+			}
+			return "ordered " + a.Item + " in " + last.Answer + " (" + call.Continuation + ")", nil
+		}, agent.WithApproval(false))
+}
+
+func TestAToolQuestionIsAskedAndTheToolRunsAgainWithTheAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		resolve func(h *harness)
+		want    string
+	}{
+		{"answered", func(h *harness) {
+			h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "M"}, true)
+		}, "ordered shirt in M (size)"},
+		{"declined", func(h *harness) {
+			h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c1-input-1"}, true)
+		}, "The tool call failed: no size: the question was declined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log callLog
+			model := script(
+				agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{toolCall("c1", "order_item", sizeArgs{Item: "shirt"})}},
+				agent.ScriptedReply{Text: "done"},
+			)
+			h := newHarness(t, agent.Definition{Name: "t", Model: model, Tools: []agent.Tool{sizeTool(&log)}})
+			h.then(func() {
+				snap := h.snapshot()
+				if len(snap.PendingInterrupts) != 1 {
+					t.Fatalf("interrupts = %+v, want the tool's question", snap.PendingInterrupts)
+				}
+				in := snap.PendingInterrupts[0]
+				if in.ID != "c1-input-1" || in.Kind != session.InterruptQuestion || in.ToolCallID != "c1" || in.Question.Text != "Which size of shirt?" {
+					t.Errorf("interrupt = %+v", in)
+				}
+				if snap.ToolCalls[0].Status != session.ToolCallAwaitingAnswer {
+					t.Errorf("record status = %s, want awaiting_answer", snap.ToolCalls[0].Status)
+				}
+				h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "XL"}, false)
+				tc.resolve(h)
+			})
+			h.then(func() {
+				page := h.messages(session.ListMessagesRequest{Limit: 10})
+				var result string
+				for _, m := range page.Messages {
+					if m.Role == agent.RoleTool && m.ToolCallID == "c1" {
+						result = m.Text
+					}
+				}
+				if result != tc.want {
+					t.Errorf("tool result = %q, want %q", result, tc.want)
+				}
+			})
+			h.run("order a shirt")
+			if log.count() != 2 {
+				t.Fatalf("the tool ran %d times, want twice: asking, then with the answer", log.count())
+			}
+			second := log.calls[1]
+			if len(second.Answers) != 1 || second.Answers[0].QuestionID != "c1-input-1" || second.Continuation != "size" {
+				t.Errorf("second run's context = %+v", second)
+			}
+			if !strings.HasSuffix(second.IdempotencyKey, "/turn-1/c1") || second.IdempotencyKey != log.calls[0].IdempotencyKey {
+				t.Errorf("idempotency keys = %q, %q", log.calls[0].IdempotencyKey, second.IdempotencyKey)
+			}
+			steps := map[string]bool{}
+			for _, e := range h.events.ofType(session.EventToolCallStarted) {
+				steps[e.StepExecutionID] = true
+			}
+			if len(steps) != 2 {
+				t.Errorf("tool Step executions = %v, want two: the question returns the call to its tool Step", steps)
+			}
+		})
+	}
+}
