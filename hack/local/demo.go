@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -19,33 +18,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	temporalclient "go.temporal.io/sdk/client"
-	temporallog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/render"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
-
-// startTemporal starts a dev server with the active-Step search attribute.
-func startTemporal(cli string) (*testsuite.DevServer, error) {
-	quiet := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	server, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
-		ExistingPath:  cli,
-		ClientOptions: &temporalclient.Options{Namespace: "default", Logger: quiet},
-		LogLevel:      "error",
-		SearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeywordList(engine.ActiveStepsAttribute).ValueSet(nil)),
-		Stdout: io.Discard, Stderr: io.Discard,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("starting the Temporal dev server: %w", err)
-	}
-	return server, nil
-}
 
 func findAgent(agents []agentsv1.Agent, name string) *agentsv1.Agent {
 	for i := range agents {

@@ -28,6 +28,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/devserver"
 )
 
 func main() {
@@ -93,7 +94,7 @@ func run(opts options, out io.Writer) (err error) {
 	}
 
 	step(out, "starting a Temporal dev server")
-	server, err := startTemporal(opts.temporal)
+	server, err := devserver.Start(context.Background(), opts.temporal)
 	if err != nil {
 		return err
 	}

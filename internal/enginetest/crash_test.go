@@ -45,19 +45,7 @@ func callsOf(s *Stack, tool string) [][]string {
 
 func TestANonIdempotentWriteKilledMidCallIsOutcomeUnknownAndNeverRunsAgain(t *testing.T) {
 	s := NewStack(t, "CrashWrite")
-	sessions := client.New(s.Client, s.FlowType, "")
-	gate := s.Gate("write_once")
-	if err := gate.Arm(); err != nil {
-		t.Fatal(err)
-	}
-	first := s.StartWorker()
-	ctx := context.Background()
-	if ok, err := sessions.Start(ctx, "s1", "tools: write_once"); !ok || err != nil {
-		t.Fatalf("Start = %v, %v", ok, err)
-	}
-	if err := gate.WaitReached(waitLong); err != nil {
-		t.Fatal(err)
-	}
+	sessions, first, gate := stopAtGate(t, s, "write_once")
 	first.Kill()
 	if err := gate.Release(); err != nil {
 		t.Fatal(err)
@@ -74,18 +62,7 @@ func TestANonIdempotentWriteKilledMidCallIsOutcomeUnknownAndNeverRunsAgain(t *te
 
 func TestAReadKilledMidCallRunsAgainWithTheSameIdempotencyKey(t *testing.T) {
 	s := NewStack(t, "CrashRead")
-	sessions := client.New(s.Client, s.FlowType, "")
-	gate := s.Gate("read_a")
-	if err := gate.Arm(); err != nil {
-		t.Fatal(err)
-	}
-	first := s.StartWorker()
-	if ok, err := sessions.Start(context.Background(), "s1", "tools: read_a"); !ok || err != nil {
-		t.Fatalf("Start = %v, %v", ok, err)
-	}
-	if err := gate.WaitReached(waitLong); err != nil {
-		t.Fatal(err)
-	}
+	sessions, first, gate := stopAtGate(t, s, "read_a")
 	first.Kill()
 	if err := gate.Release(); err != nil {
 		t.Fatal(err)
@@ -229,20 +206,28 @@ func TestTwoToolCallsOfOneResponseRunAtTheSameTime(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-func TestSIGTERMStopsTakingTasksAndLetsARunningStepFinish(t *testing.T) {
-	s := NewStack(t, "Drain")
+// stopAtGate arms a tool's gate, starts a worker and a session "s1" that
+// calls the tool, and returns once the worker stopped at the gate.
+func stopAtGate(t *testing.T, s *Stack, tool string) (*client.Sessions, *Worker, Gate) {
+	t.Helper()
 	sessions := client.New(s.Client, s.FlowType, "")
-	gate := s.Gate("read_a")
+	gate := s.Gate(tool)
 	if err := gate.Arm(); err != nil {
 		t.Fatal(err)
 	}
-	first := s.StartWorker()
-	if ok, err := sessions.Start(context.Background(), "s1", "tools: read_a"); !ok || err != nil {
+	w := s.StartWorker()
+	if ok, err := sessions.Start(context.Background(), "s1", "tools: "+tool); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
 	if err := gate.WaitReached(waitLong); err != nil {
 		t.Fatal(err)
 	}
+	return sessions, w, gate
+}
+
+func TestSIGTERMStopsTakingTasksAndLetsARunningStepFinish(t *testing.T) {
+	s := NewStack(t, "Drain")
+	sessions, first, gate := stopAtGate(t, s, "read_a")
 	first.Terminate()
 	Eventually(t, waitLong, "the worker to report not ready", func() (bool, error) {
 		resp, err := http.Get("http://" + first.Health + "/readyz")

@@ -3,8 +3,6 @@ package enginetest
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,12 +15,10 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	temporallog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -31,34 +27,17 @@ import (
 // `make test` sets it to the CLI it builds into bin/.
 const TemporalCLIEnv = "STEPWISE_TEMPORAL_CLI"
 
-// DevServerArgs tune the dev server for one machine: one partition per task
-// queue, so a task never waits to be forwarded to the partition a worker
-// polls.
-var DevServerArgs = []string{
-	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
-	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
-}
-
-// StartDevServer starts a Temporal dev server with the active-Step search
-// attribute registered, and stops it when the test ends.
+// StartDevServer starts a Temporal dev server and stops it when the test
+// ends.
 func StartDevServer(t testing.TB) *testsuite.DevServer {
 	t.Helper()
 	cli := os.Getenv(TemporalCLIEnv)
 	if cli == "" {
 		t.Fatalf("%s is not set: run the engine tests with `make test`, which builds the Temporal CLI into bin/", TemporalCLIEnv)
 	}
-	logger := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	server, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
-		ExistingPath:  cli,
-		ClientOptions: &client.Options{Namespace: "default", Logger: logger},
-		LogLevel:      "error",
-		SearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeywordList(engine.ActiveStepsAttribute).ValueSet(nil)),
-		Stdout: io.Discard, Stderr: io.Discard,
-		ExtraArgs: DevServerArgs,
-	})
+	server, err := devserver.Start(context.Background(), cli)
 	if err != nil {
-		t.Fatalf("starting the Temporal dev server: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = server.Stop() })
 	return server
