@@ -75,6 +75,9 @@ func (m *ScriptedModel) CallModel(ctx context.Context, req ModelRequest, out Out
 	if err != nil {
 		return ModelResponse{}, err
 	}
+	if out == nil {
+		out = discardOutput{}
+	}
 	var resp ModelResponse
 	add := func(item OutputItem) {
 		item.Provider, item.API = ScriptedProvider, ScriptedProvider
@@ -115,6 +118,12 @@ func (m *ScriptedModel) CallModel(ctx context.Context, req ModelRequest, out Out
 	resp.Metadata = CallMetadata{Provider: ScriptedProvider, RequestModel: "scripted", ResponseModel: "scripted", FinishReasons: []string{"stop"}}
 	return resp, nil
 }
+
+// discardOutput drops deltas, for callers that do not stream.
+type discardOutput struct{}
+
+func (discardOutput) TextDelta(string)      {}
+func (discardOutput) ReasoningDelta(string) {}
 
 // EstimateInputTokens applies the rule of thumb.
 func (m *ScriptedModel) EstimateInputTokens(req ModelRequest) int64 {
