@@ -31,7 +31,8 @@ Commands:
   reject <session> <interrupt> [why]  Reject a tool call (the model sees why), or decline a question.
   answer <session> <interrupt> <text> Answer a pending question.
   snapshot <session>                  Print the session's snapshot as JSON.
-  messages <session> [before] [limit] Print a page of stored messages as JSON.
+  messages <session> [before] [limit] Print a page of stored messages as JSON: the newest
+                                      (before 0), up to limit (default 50, at most 200).
   waiting [step]                      List sessions of every agent waiting in a Step
                                       (default: AwaitToolApproval and AwaitQuestionAnswer).
 
@@ -39,6 +40,9 @@ Commands that answer true or false exit with status 0 for true and 3 for false.
 
 Flags:
 `
+
+// defaultPageSize is the page of messages the CLI asks for without a limit.
+const defaultPageSize = 50
 
 // exitFalse is the exit status of an RPC the session refused.
 const exitFalse = 3
@@ -152,7 +156,7 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 		if err := need(1, "<session>"); err != nil {
 			return 0, err
 		}
-		var req sessions.ListMessagesRequest
+		req := sessions.ListMessagesRequest{Limit: defaultPageSize}
 		if len(args) > 1 {
 			if req.BeforeSequence, err = strconv.ParseInt(args[1], 10, 64); err != nil {
 				return 0, fmt.Errorf("before must be a message sequence, not %q", args[1])

@@ -103,6 +103,9 @@ func SupportDemo(req agent.ModelRequest) (agent.ScriptedReply, error) {
 		return agent.ScriptedReply{Text: "Refund result: " + last.Output}, nil
 	}
 	texts := agent.UserTexts(req)
+	if len(texts) == 0 {
+		return agent.DemoScript(req)
+	}
 	if m := refundRequest.FindStringSubmatch(texts[len(texts)-1]); m != nil {
 		return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{Name: "lookup_order", Arguments: lookupArgs{OrderID: m[1]}}}}, nil
 	}

@@ -20,10 +20,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -133,11 +135,11 @@ func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error)
 func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelClient, error) {
 	switch m.Provider {
 	case agent.ScriptedProvider:
-		if script, ok := scripts[m.Name]; ok {
-			return agent.NewScriptedModel(script), nil
-		}
 		if m.Name == "demo" {
 			return agent.NewScriptedModel(agent.DemoScript), nil
+		}
+		if script, ok := scripts[m.Name]; ok {
+			return agent.NewScriptedModel(script), nil
 		}
 		return nil, fmt.Errorf("definition.model.name: this worker has no script named %q; it has \"demo\"%s", m.Name, scriptNames(scripts))
 	default:
@@ -147,7 +149,7 @@ func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelCl
 
 func scriptNames(scripts map[string]agent.Script) string {
 	var s string
-	for name := range scripts {
+	for _, name := range slices.Sorted(maps.Keys(scripts)) {
 		s += ", " + strconv.Quote(name)
 	}
 	return s
