@@ -47,7 +47,9 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
 	stop := heartbeatInBackground(ctx)
 	defer stop()
-	return a.Runner.RunModelStep(ctx, turn)
+	out, err := a.Runner.RunModelStep(ctx, turn)
+	out.Attempt = turn.Attempt
+	return out, err
 }
 
 // CallTool runs one read or idempotent write call; its retry policy allows

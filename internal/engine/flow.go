@@ -37,21 +37,26 @@ type Flow struct {
 type run struct {
 	ctx     workflow.Context
 	flow    *Flow
+	events  EventSink
 	s       *session.State
 	active  map[session.StepName]int
 	shown   []string
 	stepSeq int
+	// search is false when the session was started without the
+	// active-Step search.
+	search bool
 }
 
 // Run is the session workflow: StartAgentSession, then turns for as long as
 // the session lives. A session never completes by itself.
 func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
-	if f.Events == nil {
-		f.Events = discardEvents{}
-	}
 	r := &run{
-		ctx: ctx, flow: f, active: map[session.StepName]int{},
-		s: session.NewState(workflow.GetInfo(ctx).WorkflowExecution.ID),
+		ctx: ctx, flow: f, active: map[session.StepName]int{}, events: f.Events,
+		s:      session.NewState(workflow.GetInfo(ctx).WorkflowExecution.ID),
+		search: in.StepSearch != StepSearchDisabled,
+	}
+	if r.events == nil {
+		r.events = discardEvents{}
 	}
 	if err := r.register(); err != nil {
 		return err
@@ -106,7 +111,13 @@ func (r *run) register() error {
 					return false, err
 				}
 				return s.StartRequestID == in.RequestID, nil
-			}, nil},
+			},
+			func(ctx workflow.Context, in session.StartInput) error {
+				if s.Started && s.StartRequestID != in.RequestID {
+					return temporal.NewNonRetryableApplicationError("the session was started by another start_session call", RejectedErrorType, nil)
+				}
+				return nil
+			}},
 		{UpdateSendUserMessage,
 			func(ctx workflow.Context, req SendRequest) (bool, error) {
 				if _, err := s.QueueUserMessage(req.Text); err != nil {
@@ -178,6 +189,9 @@ func (r *run) runTurn() error {
 			return nil
 		}
 		records, events := r.s.ApplyModelOutcome(out, workflow.Now(r.ctx))
+		for i := range events {
+			events[i].Attempt = out.Attempt
+		}
 		r.emit(stepID, events)
 		if r.s.Turn == nil {
 			return nil
@@ -296,6 +310,9 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	case err == nil:
 		r.emit(stepID, r.s.RecordToolOutcome(rec.ID, out))
 		return
+	case temporal.IsCanceledError(err):
+		// The session itself is being stopped; nothing is recorded.
+		return
 	}
 	route := session.FailureRoute(rec.Effect)
 	r.enter(route)
@@ -360,7 +377,10 @@ func (r *run) emit(stepID string, events []session.Event) {
 		if e.StepExecutionID == "" {
 			e.StepExecutionID = stepID
 		}
-		r.flow.Events.Write(r.s.SessionID, e)
+		if e.Attempt == 0 {
+			e.Attempt = 1
+		}
+		r.events.Write(r.s.SessionID, e)
 	}
 }
 
@@ -383,7 +403,7 @@ func (r *run) showActive() {
 		steps = append(steps, string(step))
 	}
 	slices.Sort(steps)
-	if slices.Equal(steps, r.shown) {
+	if !r.search || slices.Equal(steps, r.shown) {
 		return
 	}
 	r.shown = steps

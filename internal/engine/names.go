@@ -53,7 +53,22 @@ func rejected(err error) error {
 // SessionInput starts a session workflow.
 type SessionInput struct {
 	Start session.StartInput `json:"start"`
+	// StepSearch says whether the session keeps the active-Step search
+	// attribute; the zero value keeps it.
+	StepSearch StepSearchMode `json:"stepSearch,omitempty"`
 }
+
+// StepSearchMode says whether a session is searchable by the Steps it is in.
+type StepSearchMode string
+
+// Step search modes.
+const (
+	// StepSearchEnabled keeps ActiveStepsAttribute current; the default.
+	StepSearchEnabled StepSearchMode = ""
+	// StepSearchDisabled never writes it, for namespaces where it is not
+	// registered.
+	StepSearchDisabled StepSearchMode = "disabled"
+)
 
 // SendRequest is send_user_message's input.
 type SendRequest struct {
@@ -75,7 +90,8 @@ type Timings struct {
 	// ToolAttempts is CallTool's attempt count.
 	ToolAttempts int32
 	// ToolQueueTimeout is how long a tool Step waits for a worker before
-	// it is recorded as not run.
+	// it is recorded as not run; zero waits as long as it takes, so an
+	// approved call survives an outage of every worker.
 	ToolQueueTimeout time.Duration
 	// Heartbeat is the heartbeat timeout of every effect Step; the Step
 	// heartbeats in the background six times as often.
@@ -92,8 +108,8 @@ func DefaultTimings() Timings {
 	return Timings{
 		ModelAttempt: model.AttemptTimeout, ModelWithin: model.Retry.Within,
 		ModelAttempts: int32(model.Retry.MaxAttempts), //nolint:gosec // a handful of attempts
-		ToolAttempt:   10 * time.Minute, ToolQueueTimeout: 30 * time.Minute,
-		ToolAttempts: int32(tool.Retry.MaxAttempts), //nolint:gosec // a handful of attempts
-		Heartbeat:    model.HeartbeatTimeout, RetryInterval: time.Second,
+		ToolAttempt:   tool.AttemptTimeout,
+		ToolAttempts:  int32(tool.Retry.MaxAttempts), //nolint:gosec // a handful of attempts
+		Heartbeat:     model.HeartbeatTimeout, RetryInterval: time.Second,
 	}
 }

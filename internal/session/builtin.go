@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +59,9 @@ func decodeObject(tool agent.BuiltInTool, arguments string, allowed ...string) (
 	if err := json.Unmarshal([]byte(arguments), &obj); err != nil || obj == nil {
 		return nil, invalidBuiltIn(tool, "arguments must be a JSON object")
 	}
-	for k, v := range obj {
+	// Sorted, so the argument an error names never depends on map order.
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		v := obj[k]
 		if string(v) == "null" {
 			delete(obj, k)
 			continue

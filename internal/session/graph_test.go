@@ -90,8 +90,8 @@ func TestGraphFollowsTheSeedsStepOptions(t *testing.T) {
 	}{
 		{StepRunModel, 3, "15m0s", "2m0s", "30m0s"},
 		{StepCompactContext, 3, "15m0s", "2m0s", "30m0s"},
-		{StepCallTool, 3, "", "", ""},
-		{StepCallSingleAttemptTool, 1, "", "", ""},
+		{StepCallTool, 3, "1h0m0s", "2m0s", ""},
+		{StepCallSingleAttemptTool, 1, "1h0m0s", "2m0s", ""},
 		{StepPollToolTask, 3, "", "", ""},
 		{StepCancelToolTask, 3, "30s", "", "2m0s"},
 	}

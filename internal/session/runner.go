@@ -68,6 +68,9 @@ type ModelOutcome struct {
 	Options TurnOptions `json:"options"`
 	// Metadata describes the model call for tracing.
 	Metadata agent.CallMetadata `json:"metadata"`
+	// Attempt is the RunModel attempt that made the call; the engine binding
+	// sets it, so the commit's events name the attempt that counted.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // DeferredToolCall is one tool call the session runs in its own Step.

@@ -447,7 +447,11 @@ func (s *State) ExpireInterrupt(id string, now time.Time) []Event {
 		return nil
 	}
 	s.removeInterrupt(id)
-	events := []Event{resolvedEvent(in, false, false, "")}
+	rejection := ""
+	if in.Kind == InterruptApproval {
+		rejection = ApprovalDeadlineText
+	}
+	events := []Event{resolvedEvent(in, false, false, rejection)}
 	if in.Kind == InterruptQuestion && r.BuiltIn == "" {
 		returnToTool(r, in, agent.QuestionDeadlinePassed, "")
 		return events

@@ -109,6 +109,9 @@ const (
 	modelHeartbeatTimeout = 2 * time.Minute
 	modelRetryWithin      = 30 * time.Minute
 	effectAttempts        = 3
+	// toolAttemptTimeout bounds a hung tool; a dead worker is found sooner,
+	// by the heartbeat timeout, since every tool Step heartbeats.
+	toolAttemptTimeout = time.Hour
 )
 
 // modelRetry is the retry policy of the Steps that call a model.
@@ -153,13 +156,15 @@ var stepSpecs = []StepSpec{
 	},
 	{
 		Name: StepCallTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true,
-		Summary:       "Runs one read or idempotent_write tool call with the call's idempotency key, retried with the same key.",
+		Summary:        "Runs one read or idempotent_write tool call with the call's idempotency key, retried with the same key.",
+		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: effectAttempts},
 		FailureRoutes: []StepName{StepRecordToolFailure},
 	},
 	{
 		Name: StepCallSingleAttemptTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true,
-		Summary:       "Runs one non_idempotent_write or unclassified tool call once; a failure records outcome_unknown.",
+		Summary:        "Runs one non_idempotent_write or unclassified tool call once; a failure records outcome_unknown.",
+		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: 1},
 		FailureRoutes: []StepName{StepRecordToolOutcomeUnknown},
 	},

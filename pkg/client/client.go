@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -67,28 +68,61 @@ func New(c client.Client, flowType, taskQueue string) *Sessions {
 	return &Sessions{c: c, flowType: flowType, taskQueue: taskQueue}
 }
 
+// StartOption changes how Start starts a session.
+type StartOption func(*startOptions)
+
+type startOptions struct {
+	requestID  string
+	stepSearch engine.StepSearchMode
+}
+
+// WithRequestID names the start call, so a caller that retries Start after
+// an error it cannot judge learns true when its first call started the
+// session. Without it each call has its own random ID.
+func WithRequestID(id string) StartOption {
+	return func(o *startOptions) { o.requestID = id }
+}
+
+// WithoutStepSearch starts a session that never writes the ActiveStepTypes
+// search attribute, for a namespace where it is not registered. Such a
+// session is not found by Waiting.
+func WithoutStepSearch() StartOption {
+	return func(o *startOptions) { o.stepSearch = engine.StepSearchDisabled }
+}
+
 // Start starts a session; a non-blank initial message starts its first turn.
-// It reports false when a session with that ID already exists.
-func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string) (bool, error) {
-	in := session.StartInput{RequestID: requestID(), InitialMessage: initialMessage}
+// It reports false when a session with that ID exists or existed: a session
+// ID is never reused, and the initial message of a refused start is dropped.
+func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, opts ...StartOption) (bool, error) {
+	o := startOptions{requestID: requestID()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	in := session.StartInput{RequestID: o.requestID, InitialMessage: initialMessage}
 	start := s.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: sessionID, TaskQueue: s.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, s.flowType, engine.SessionInput{Start: in})
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}, s.flowType, engine.SessionInput{Start: in, StepSearch: o.stepSearch})
 	handle, err := s.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
 			UpdateName: engine.UpdateStartSession, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
-	if err != nil {
-		return false, fmt.Errorf("starting session %s: %w", sessionID, err)
-	}
 	var started bool
-	if err := handle.Get(ctx, &started); err != nil {
+	if err == nil {
+		err = handle.Get(ctx, &started)
+	}
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted
+	switch {
+	case err == nil:
+		return started, nil
+	case refused(err), errors.As(err, &exists):
+		return false, nil
+	default:
 		return false, fmt.Errorf("starting session %s: %w", sessionID, err)
 	}
-	return started, nil
 }
 
 func requestID() string {

@@ -50,6 +50,10 @@ type Options struct {
 	// Scripts are scripted models by name, chosen by an Agent whose model
 	// provider is "scripted"; "demo" is always the stock demo script.
 	Scripts map[string]agent.Script
+	// Model, when set, builds the model client for the Agent's model
+	// settings, for a worker that brings its own client; returning nil
+	// leaves the choice to the worker's built-in clients.
+	Model func(workerconfig.Model) (agent.ModelClient, error)
 	// StopTimeout bounds how long running Steps may finish after SIGTERM;
 	// zero uses 290 seconds, inside the Deployment's grace period.
 	StopTimeout time.Duration
@@ -93,9 +97,17 @@ func main(opts Options) int {
 // image's own tools.
 func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error) {
 	d := cfg.Definition
-	model, err := Model(d.Model, opts.Scripts)
-	if err != nil {
-		return agent.Definition{}, err
+	var model agent.ModelClient
+	var err error
+	if opts.Model != nil {
+		if model, err = opts.Model(d.Model); err != nil {
+			return agent.Definition{}, fmt.Errorf("definition.model: %w", err)
+		}
+	}
+	if model == nil {
+		if model, err = Model(d.Model, opts.Scripts); err != nil {
+			return agent.Definition{}, err
+		}
 	}
 	def := agent.Definition{
 		Name: d.Name, Instructions: d.Instructions, Model: model, Tools: opts.Tools,
@@ -175,8 +187,11 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		return err
 	}
 	defer c.Close()
+	// A session whose search attribute the namespace does not know cannot
+	// make progress, so a worker that cannot make sure of it does not start.
 	if err := engine.EnsureSearchAttribute(ctx, c, cfg.Engine.Namespace); err != nil {
-		logger.Warn("sessions will not be searchable by the Steps they wait in", "error", err.Error())
+		return fmt.Errorf("%w; register it once with: temporal operator search-attribute create --namespace %s --name %s --type KeywordList",
+			err, cfg.Engine.Namespace, engine.ActiveStepsAttribute)
 	}
 
 	capacity := cfg.Definition.Limits.EventStreamCapacityBytes

@@ -705,3 +705,27 @@ func TestRunServesSessionsUntilItsContextEnds(t *testing.T) {
 		t.Errorf("/readyz after Run returned: %v, want the connection refused", err)
 	}
 }
+
+func TestAWorkersOwnModelClientWinsOverTheBuiltInOnes(t *testing.T) {
+	own := agent.NewScriptedModel(func(agent.ModelRequest) (agent.ScriptedReply, error) {
+		return agent.ScriptedReply{Text: "own"}, nil
+	})
+	cfg := workerconfig.Config{Definition: workerconfig.Definition{Model: workerconfig.Model{Provider: "openai", Name: "gpt-5-mini"}}}
+	def, err := Definition(cfg, Options{Model: func(m workerconfig.Model) (agent.ModelClient, error) {
+		if m.Provider == "openai" {
+			return own, nil
+		}
+		return nil, nil
+	}})
+	if err != nil || def.Model != own {
+		t.Fatalf("Definition = %v, %v; want the worker's own client for openai", def.Model, err)
+	}
+	cfg.Definition.Model = workerconfig.Model{Provider: "scripted", Name: "demo"}
+	if def, err = Definition(cfg, Options{Model: func(workerconfig.Model) (agent.ModelClient, error) { return nil, nil }}); err != nil || def.Model == nil {
+		t.Fatalf("Definition = %v, %v; want the built-in demo when the hook declines", def.Model, err)
+	}
+	_, err = Definition(cfg, Options{Model: func(workerconfig.Model) (agent.ModelClient, error) { return nil, errors.New("no key") }})
+	if err == nil || !strings.Contains(err.Error(), "definition.model: no key") {
+		t.Errorf("Definition with a failing hook = %v", err)
+	}
+}
