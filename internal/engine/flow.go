@@ -213,13 +213,11 @@ func (r *run) runTurn() error {
 }
 
 // runToolCall moves one tool call through its Steps until its record is
-// final. Each call has its own coroutine and reads only its own record.
+// final. Each call has its own coroutine and reads only its own record: the
+// record of this turn, never a later turn's call with the same ID.
 func (r *run) runToolCall(ctx workflow.Context, id string) {
-	for {
-		rec := r.record(id)
-		if rec == nil || rec.Status.Final() {
-			return
-		}
+	rec := r.record(id)
+	for rec != nil && r.record(id) == rec && !rec.Status.Final() {
 		var err error
 		switch rec.Status {
 		case session.ToolCallAwaitingApproval, session.ToolCallAwaitingAnswer:
@@ -303,6 +301,10 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 		IdempotencyKey: session.IdempotencyKey(r.s.SessionID, turnID, rec.ID),
 	}).Get(ctx, &out)
 	r.leave(step)
+	if r.record(rec.ID) != rec {
+		// The turn ended while the Step ran; its outcome belongs to no turn.
+		return
+	}
 	switch {
 	case err == nil && out.Kind == session.ToolResultInputRequested && out.Question != nil:
 		r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.Continuation, workflow.Now(ctx)))

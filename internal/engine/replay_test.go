@@ -30,10 +30,16 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
-			flow := &Flow{Timings: DefaultTimings()}
+			events := &recordedEvents{}
+			flow := &Flow{Timings: DefaultTimings(), Events: events}
 			replayer.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: recordedFlowType})
 			if err := replayer.ReplayWorkflowHistoryFromJSONFile(logger, file); err != nil {
 				t.Fatalf("replaying %s: %v", file, err)
+			}
+			// Events are written when a Step commits, never again when a
+			// worker rebuilds the session from its history.
+			if len(events.events) != 0 {
+				t.Errorf("replay wrote %d events, first %s", len(events.events), events.events[0].Type)
 			}
 		})
 	}

@@ -47,8 +47,13 @@ func (r *Ring) Write(sessionID string, e session.Event) {
 	rec := Record{Seq: r.seq, SessionID: sessionID, Time: r.now(), Event: e}
 	r.records = append(r.records, rec)
 	r.size += recordSize(rec)
+	if r.size <= r.capacity {
+		return
+	}
+	// Drop down to nine tenths of the capacity at once, so a full ring
+	// copies its records once per many writes rather than on every write.
 	drop := 0
-	for r.size > r.capacity && drop < len(r.records)-1 {
+	for r.size > r.capacity-r.capacity/10 && drop < len(r.records)-1 {
 		r.size -= recordSize(r.records[drop])
 		drop++
 	}

@@ -148,8 +148,9 @@ type ToolResult struct {
 	Output     string
 }
 
-// ToolResults returns the tool results that follow the request's last user
-// message: the results the model has not answered yet.
+// ToolResults returns the tool results since the request's last user
+// message, oldest first: every result of the current turn so far. An
+// answer without tool calls starts the list again.
 func ToolResults(req ModelRequest) []ToolResult {
 	var results []ToolResult
 	for _, m := range req.Input {
