@@ -81,6 +81,15 @@ func (r *Runner) Request(turn session.TurnContext) agent.ModelRequest {
 // RunModelStep makes one model call.
 func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (session.ModelOutcome, error) {
 	req := r.Request(turn)
+	if r.def.InstructionsFunc != nil {
+		instructions, err := r.def.InstructionsFunc(agent.InstructionContext{
+			SessionID: turn.SessionID, TurnID: turn.TurnID, ModelCalls: turn.ModelCalls, Attempt: turn.Attempt,
+		})
+		if err != nil {
+			return session.ModelOutcome{}, fmt.Errorf("computing the instructions: %w", err)
+		}
+		req.Instructions = instructions
+	}
 	resp, err := r.def.Model.CallModel(ctx, req, deltaWriter{turn.Events})
 	if err != nil {
 		return session.ModelOutcome{}, err

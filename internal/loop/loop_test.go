@@ -523,3 +523,34 @@ func TestATurnRunsThroughTheSession(t *testing.T) {
 		t.Errorf("session usage = %+v", s.Usage)
 	}
 }
+
+func TestInstructionsFuncIsEvaluatedInEveryModelCall(t *testing.T) {
+	model := agent.NewScriptedModel(replying(agent.ScriptedReply{Text: "ok"}))
+	var seen []agent.InstructionContext
+	r := newRunner(t, agent.Definition{Name: "t", Model: model, Instructions: "static",
+		InstructionsFunc: func(c agent.InstructionContext) (string, error) {
+			seen = append(seen, c)
+			if c.Attempt == 3 {
+				return "", errors.New("no instructions today")
+			}
+			return fmt.Sprintf("for %s, call %d", c.TurnID, c.ModelCalls+1), nil
+		}})
+	turn := userTurn("hi")
+	turn.Attempt, turn.ModelCalls = 2, 1
+	if _, err := r.RunModelStep(context.Background(), turn); err != nil {
+		t.Fatal(err)
+	}
+	if got := model.Requests()[0].Instructions; got != "for "+turn.TurnID+", call 2" {
+		t.Errorf("instructions = %q, want the function's", got)
+	}
+	if len(seen) != 1 || seen[0].SessionID != turn.SessionID || seen[0].Attempt != 2 {
+		t.Errorf("InstructionsFunc saw %+v", seen)
+	}
+	turn.Attempt = 3
+	if _, err := r.RunModelStep(context.Background(), turn); err == nil || !strings.Contains(err.Error(), "computing the instructions: no instructions today") {
+		t.Errorf("a failing InstructionsFunc = %v, want the attempt to fail", err)
+	}
+	if len(model.Requests()) != 1 {
+		t.Error("a model call was made without instructions")
+	}
+}

@@ -14,6 +14,10 @@ type Definition struct {
 	Name string
 	// Instructions are the system instructions of every model call.
 	Instructions string
+	// InstructionsFunc, when set, computes the instructions in every
+	// RunModel instead, from the turn. A retried RunModel calls it again, so
+	// keep it deterministic and free of side effects.
+	InstructionsFunc func(InstructionContext) (string, error)
 	// Model makes the model calls.
 	Model ModelClient
 	// ModelSettings tune every model call.
@@ -35,6 +39,16 @@ type Definition struct {
 	InterruptDeadline time.Duration
 	// MaxDurableWait bounds one durable_wait.
 	MaxDurableWait time.Duration
+}
+
+// InstructionContext is what InstructionsFunc sees of a model call.
+type InstructionContext struct {
+	SessionID string
+	TurnID    string
+	// ModelCalls counts the turn's model calls before this one.
+	ModelCalls int
+	// Attempt is the one-based RunModel attempt.
+	Attempt int
 }
 
 // Defaults of a definition, as the seed's session options set them.

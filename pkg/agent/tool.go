@@ -24,8 +24,9 @@ type Tool struct {
 	// policies win over it.
 	Policy Policy
 
-	schema *jsonschema.Resolved
-	run    func(ctx context.Context, call ToolContext, args json.RawMessage) (string, error)
+	schema  *jsonschema.Resolved
+	prepare func(json.RawMessage) (json.RawMessage, error)
+	run     func(ctx context.Context, call ToolContext, args json.RawMessage) (string, error)
 }
 
 // ToolOption changes a tool that NewTool builds.
@@ -34,6 +35,15 @@ type ToolOption func(*toolOptions)
 type toolOptions struct {
 	requiresApproval *bool
 	schema           json.RawMessage
+	prepare          func(json.RawMessage) (json.RawMessage, error)
+}
+
+// WithPrepareArguments converts the decoded arguments before the schema
+// check, such as an argument shape an earlier version of the tool took. It
+// must be deterministic; an error fails the call like a schema violation.
+// The stored tool call and the approval keep the model's own arguments.
+func WithPrepareArguments(prepare func(arguments json.RawMessage) (json.RawMessage, error)) ToolOption {
+	return func(o *toolOptions) { o.prepare = prepare }
 }
 
 // WithApproval overrides whether the tool's calls wait for approval; the
@@ -102,7 +112,7 @@ func NewTool[Args, Result any](name, description string, effect Effect,
 	return Tool{
 		Name: name, Description: description, Parameters: params,
 		Policy: Policy{Effect: effect, RequiresApproval: o.requiresApproval},
-		schema: resolved, run: run,
+		schema: resolved, prepare: o.prepare, run: run,
 	}, nil
 }
 
@@ -153,6 +163,15 @@ func (t Tool) CheckArguments(arguments string) (json.RawMessage, error) {
 	var value any
 	if err := json.Unmarshal([]byte(arguments), &value); err != nil {
 		return nil, &ToolExecutionError{Message: fmt.Sprintf("invalid arguments for %s: arguments are not valid JSON", t.Name)}
+	}
+	if t.prepare != nil {
+		prepared, err := t.prepare(json.RawMessage(arguments))
+		if err == nil {
+			err = json.Unmarshal(prepared, &value)
+		}
+		if err != nil {
+			return nil, &ToolExecutionError{Message: fmt.Sprintf("invalid arguments for %s: %v", t.Name, err)}
+		}
 	}
 	if obj, ok := value.(map[string]any); ok {
 		for k, v := range obj {

@@ -460,3 +460,37 @@ func TestToolReceivesItsContext(t *testing.T) {
 		t.Errorf("tool saw %+v", seen)
 	}
 }
+
+func TestPrepareArgumentsConvertsAnOldShapeBeforeTheSchemaCheck(t *testing.T) {
+	type current struct {
+		OrderID string `json:"order_id"`
+	}
+	tool := agent.MustTool("lookup", "Look up.", agent.EffectRead,
+		func(_ context.Context, _ agent.ToolContext, a current) (string, error) {
+			return "order " + a.OrderID, nil
+		},
+		agent.WithPrepareArguments(func(raw json.RawMessage) (json.RawMessage, error) {
+			var old map[string]any
+			if err := json.Unmarshal(raw, &old); err != nil {
+				return nil, err
+			}
+			if id, ok := old["id"]; ok {
+				return json.Marshal(map[string]any{"order_id": id})
+			}
+			if _, ok := old["bad"]; ok {
+				return nil, errors.New("bad is no longer taken")
+			}
+			return raw, nil
+		}))
+	out, err := tool.Call(context.Background(), agent.ToolContext{}, `{"id":"7"}`)
+	if err != nil || out != "order 7" {
+		t.Errorf("Call with the old shape = %q, %v", out, err)
+	}
+	if out, err := tool.Call(context.Background(), agent.ToolContext{}, `{"order_id":"8"}`); err != nil || out != "order 8" {
+		t.Errorf("Call with the current shape = %q, %v", out, err)
+	}
+	_, err = tool.Call(context.Background(), agent.ToolContext{}, `{"bad":1}`)
+	if e, ok := agent.IsExecutionError(err); !ok || e.Message != "invalid arguments for lookup: bad is no longer taken" {
+		t.Errorf("a failing prepare = %v, want a failure the model sees", err)
+	}
+}
