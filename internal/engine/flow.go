@@ -337,13 +337,21 @@ func (r *run) modelOptions(stepID string) workflow.Context {
 
 func (r *run) toolOptions(ctx workflow.Context, stepID string, rec *session.ToolCallRecord) workflow.Context {
 	t := r.flow.Timings
-	attempts := int32(1)
+	attempts, timeout := int32(1), t.ToolAttempt
 	if rec.Effect.Retried() {
 		attempts = t.ToolAttempts
 	}
+	if l := rec.StepLimit; l != nil {
+		if l.AttemptTimeout > 0 {
+			timeout = l.AttemptTimeout
+		}
+		if l.MaxAttempts > 0 && rec.Effect.Retried() {
+			attempts = int32(min(l.MaxAttempts, 100)) //nolint:gosec // bounded above
+		}
+	}
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID:             stepID,
-		StartToCloseTimeout:    t.ToolAttempt,
+		StartToCloseTimeout:    timeout,
 		ScheduleToStartTimeout: t.ToolQueueTimeout,
 		HeartbeatTimeout:       t.Heartbeat,
 		RetryPolicy: &temporal.RetryPolicy{

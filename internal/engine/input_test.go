@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -93,6 +94,36 @@ func TestAToolQuestionIsAskedAndTheToolRunsAgainWithTheAnswer(t *testing.T) {
 			}
 			if len(steps) != 2 {
 				t.Errorf("tool Step executions = %v, want two: the question returns the call to its tool Step", steps)
+			}
+		})
+	}
+}
+
+func TestAToolsOwnStepLimitSetsItsAttempts(t *testing.T) {
+	for _, tc := range []struct {
+		effect agent.Effect
+		limit  agent.StepLimit
+		want   int
+	}{
+		{agent.EffectRead, agent.StepLimit{MaxAttempts: 5}, 5},
+		{agent.EffectIdempotentWrite, agent.StepLimit{MaxAttempts: 1}, 1},
+		{agent.EffectNonIdempotentWrite, agent.StepLimit{MaxAttempts: 5}, 1},
+	} {
+		t.Run(string(tc.effect), func(t *testing.T) {
+			var log callLog
+			flaky := agent.MustTool("flaky", "Always fails.", tc.effect,
+				func(_ context.Context, call agent.ToolContext, _ sizeArgs) (string, error) {
+					log.add(call)
+					return "", errors.New("down")
+				}, agent.WithStepLimit(tc.limit), agent.WithApproval(false))
+			model := script(
+				agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{toolCall("c1", "flaky", sizeArgs{Item: "x"})}},
+				agent.ScriptedReply{Text: "done"},
+			)
+			h := newHarness(t, agent.Definition{Name: "t", Model: model, Tools: []agent.Tool{flaky}})
+			h.run("go")
+			if log.count() != tc.want {
+				t.Errorf("the tool ran %d times, want %d", log.count(), tc.want)
 			}
 		})
 	}

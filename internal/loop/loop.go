@@ -122,7 +122,7 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		out.RunState = string(state)
 		for _, c := range calls {
 			out.ToolCalls = append(out.ToolCalls, session.DeferredToolCall{
-				ID: c.ID, Name: c.Name, Arguments: c.Arguments, Policy: r.policy(c.Name),
+				ID: c.ID, Name: c.Name, Arguments: c.Arguments, Policy: r.policy(c.Name), StepLimit: r.stepLimit(c.Name),
 			})
 		}
 	}
@@ -137,6 +137,14 @@ func (r *Runner) policy(name string) agent.Policy {
 		return agent.Policy{Effect: agent.EffectUnclassified, RequiresApproval: &noApproval}
 	}
 	return r.def.ResolvePolicy(name, "")
+}
+
+// stepLimit is a function tool's own Step limit, if it has one.
+func (r *Runner) stepLimit(name string) *agent.StepLimit {
+	if t, ok := r.def.Tool(name); ok {
+		return t.StepLimit
+	}
+	return nil
 }
 
 // ExecuteToolCall runs one function tool call once.

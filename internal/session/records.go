@@ -69,8 +69,10 @@ type ToolCallRecord struct {
 	BuiltIn agent.BuiltInTool `json:"builtIn,omitempty"`
 	// SourceReference lets a tool source resolve the tool in the tool Step
 	// without listing it again.
-	SourceReference string         `json:"sourceReference,omitempty"`
-	Status          ToolCallStatus `json:"status"`
+	SourceReference string `json:"sourceReference,omitempty"`
+	// StepLimit is the call's own tool Step limit.
+	StepLimit *agent.StepLimit `json:"stepLimit,omitempty"`
+	Status    ToolCallStatus   `json:"status"`
 	// Output is the model-visible result of a succeeded call, or of a
 	// built-in call that ended without running (a declined question).
 	Output string `json:"output,omitempty"`

@@ -80,6 +80,8 @@ type DeferredToolCall struct {
 	Arguments       string       `json:"arguments"`
 	Policy          agent.Policy `json:"policy"`
 	SourceReference string       `json:"sourceReference,omitempty"`
+	// StepLimit, when set, is the call's own tool Step limit.
+	StepLimit *agent.StepLimit `json:"stepLimit,omitempty"`
 }
 
 // ToolExecution is one approved tool call, handed to the runner by a tool

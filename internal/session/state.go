@@ -216,7 +216,7 @@ func (s *State) deferToolCall(call DeferredToolCall, now time.Time) (*ToolCallRe
 	r := &ToolCallRecord{
 		ID: call.ID, Name: call.Name, Arguments: call.Arguments, Order: len(turn.ToolCalls),
 		Effect: call.Policy.Effect, RequiresApproval: call.Policy.ApprovalRequired(),
-		SourceReference: call.SourceReference,
+		SourceReference: call.SourceReference, StepLimit: call.StepLimit,
 	}
 	turn.ToolCalls = append(turn.ToolCalls, r)
 	builtIn := agent.BuiltInTool(call.Name)

@@ -39,6 +39,9 @@ type Definition struct {
 	InterruptDeadline time.Duration
 	// MaxDurableWait bounds one durable_wait.
 	MaxDurableWait time.Duration
+	// RunModelLimit, when set, changes RunModel's timeout, attempts and
+	// retry budget.
+	RunModelLimit *StepLimit
 }
 
 // InstructionContext is what InstructionsFunc sees of a model call.

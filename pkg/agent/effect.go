@@ -1,6 +1,9 @@
 package agent
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Effect is a tool call's effect class. It decides which Step runs the call,
 // whether a crashed call runs again, and whether it needs approval by
@@ -72,6 +75,19 @@ func (p Policy) ApprovalRequired() bool {
 		return *p.RequiresApproval
 	}
 	return p.Effect.ApprovalByDefault()
+}
+
+// StepLimit changes the limits of a Step: a tool's own Step, or RunModel.
+// Zero fields keep the defaults.
+type StepLimit struct {
+	// AttemptTimeout bounds one attempt.
+	AttemptTimeout time.Duration `json:"attemptTimeout,omitempty"`
+	// MaxAttempts is the attempt count of a Step that retries: RunModel,
+	// and CallTool for reads and idempotent writes. A single-attempt call
+	// always gets one.
+	MaxAttempts int `json:"maxAttempts,omitempty"`
+	// Within bounds all of RunModel's attempts together.
+	Within time.Duration `json:"within,omitempty"`
 }
 
 // BuiltInTool names a tool the session itself runs, under every runner.

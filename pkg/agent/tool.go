@@ -23,6 +23,9 @@ type Tool struct {
 	// Policy is the tool's own effect class and approval; the Agent's tool
 	// policies win over it.
 	Policy Policy
+	// StepLimit, when set, gives the tool's Step its own timeout and, for a
+	// tool that retries, its own attempt count.
+	StepLimit *StepLimit
 
 	schema  *jsonschema.Resolved
 	prepare func(json.RawMessage) (json.RawMessage, error)
@@ -33,6 +36,7 @@ type Tool struct {
 type ToolOption func(*toolOptions)
 
 type toolOptions struct {
+	stepLimit        *StepLimit
 	requiresApproval *bool
 	schema           json.RawMessage
 	prepare          func(json.RawMessage) (json.RawMessage, error)
@@ -50,6 +54,12 @@ func WithPrepareArguments(prepare func(arguments json.RawMessage) (json.RawMessa
 // default follows the effect class.
 func WithApproval(required bool) ToolOption {
 	return func(o *toolOptions) { o.requiresApproval = &required }
+}
+
+// WithStepLimit gives the tool's Step its own timeout and attempt count,
+// such as a longer timeout for a slow report.
+func WithStepLimit(limit StepLimit) ToolOption {
+	return func(o *toolOptions) { o.stepLimit = &limit }
 }
 
 // WithSchema gives the argument schema instead of deriving it from the
@@ -111,7 +121,7 @@ func NewTool[Args, Result any](name, description string, effect Effect,
 	}
 	return Tool{
 		Name: name, Description: description, Parameters: params,
-		Policy: Policy{Effect: effect, RequiresApproval: o.requiresApproval},
+		Policy: Policy{Effect: effect, RequiresApproval: o.requiresApproval}, StepLimit: o.stepLimit,
 		schema: resolved, prepare: o.prepare, run: run,
 	}, nil
 }

@@ -50,6 +50,9 @@ type Options struct {
 	// Scripts are scripted models by name, chosen by an Agent whose model
 	// provider is "scripted"; "demo" is always the stock demo script.
 	Scripts map[string]agent.Script
+	// Customize, when set, changes the agent definition built from the
+	// configuration: computed instructions, a RunModel limit, and the like.
+	Customize func(*agent.Definition)
 	// Model, when set, builds the model client for the Agent's model
 	// settings, for a worker that brings its own client; returning nil
 	// leaves the choice to the worker's built-in clients.
@@ -137,8 +140,33 @@ func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error)
 	for _, b := range d.BuiltInTools {
 		def.BuiltInTools = append(def.BuiltInTools, agent.BuiltInTool(b))
 	}
+	if opts.Customize != nil {
+		opts.Customize(&def)
+	}
 	def = def.WithDefaults()
 	return def, def.Validate()
+}
+
+// Timings are the engine's Step limits for a configuration and definition:
+// the defaults, the configured heartbeat timeout, and the definition's
+// RunModel limit.
+func Timings(cfg workerconfig.Config, def agent.Definition) engine.Timings {
+	t := engine.DefaultTimings()
+	if hb := cfg.Engine.StepHeartbeatTimeout.Duration; hb > 0 {
+		t.Heartbeat = hb
+	}
+	if l := def.RunModelLimit; l != nil {
+		if l.AttemptTimeout > 0 {
+			t.ModelAttempt = l.AttemptTimeout
+		}
+		if l.MaxAttempts > 0 {
+			t.ModelAttempts = int32(min(l.MaxAttempts, 100)) //nolint:gosec // bounded above
+		}
+		if l.Within > 0 {
+			t.ModelWithin = l.Within
+		}
+	}
+	return t
 }
 
 // Model returns the model client the configuration selects. Only clients
@@ -199,10 +227,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		capacity = 10 << 20
 	}
 	ring := events.NewRing(capacity)
-	timings := engine.DefaultTimings()
-	if hb := cfg.Engine.StepHeartbeatTimeout.Duration; hb > 0 {
-		timings.Heartbeat = hb
-	}
+	timings := Timings(cfg, def)
 	stopTimeout := opts.StopTimeout
 	if stopTimeout == 0 {
 		stopTimeout = DefaultStopTimeout

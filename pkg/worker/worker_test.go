@@ -26,6 +26,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/events"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -727,5 +728,23 @@ func TestAWorkersOwnModelClientWinsOverTheBuiltInOnes(t *testing.T) {
 	_, err = Definition(cfg, Options{Model: func(workerconfig.Model) (agent.ModelClient, error) { return nil, errors.New("no key") }})
 	if err == nil || !strings.Contains(err.Error(), "definition.model: no key") {
 		t.Errorf("Definition with a failing hook = %v", err)
+	}
+}
+
+func TestTimingsFollowTheHeartbeatAndTheRunModelLimit(t *testing.T) {
+	cfg := workerconfig.Config{}
+	if got := Timings(cfg, agent.Definition{}); got != engine.DefaultTimings() {
+		t.Errorf("Timings without settings = %+v, want the defaults", got)
+	}
+	cfg.Engine.StepHeartbeatTimeout.Duration = 5 * time.Second
+	def := agent.Definition{RunModelLimit: &agent.StepLimit{AttemptTimeout: time.Minute, MaxAttempts: 5, Within: time.Hour}}
+	got := Timings(cfg, def)
+	if got.Heartbeat != 5*time.Second || got.ModelAttempt != time.Minute || got.ModelAttempts != 5 || got.ModelWithin != time.Hour {
+		t.Errorf("Timings = %+v", got)
+	}
+	custom, err := Definition(workerconfig.Config{Definition: workerconfig.Definition{Model: workerconfig.Model{Provider: "scripted", Name: "demo"}}},
+		Options{Customize: func(d *agent.Definition) { d.Instructions = "computed" }})
+	if err != nil || custom.Instructions != "computed" {
+		t.Errorf("Customize = %q, %v", custom.Instructions, err)
 	}
 }
