@@ -66,6 +66,9 @@ func TestRecordHistories(t *testing.T) {
 	lastAnswer(t, sessions, "builtins", 1)
 	must(sessions.Send(ctx, "builtins", "wait: 1"))
 	lastAnswer(t, sessions, "builtins", 2)
+	must(sessions.Send(ctx, "builtins", "tools: confirm_write"))
+	must(sessions.Answer(ctx, "builtins", interrupt("builtins"), "yes"))
+	lastAnswer(t, sessions, "builtins", 3)
 
 	gate := s.Gate("read_a")
 	if err := gate.Arm(); err != nil {

@@ -37,7 +37,19 @@ func main() {
 				return name + " done: " + a.Note, nil
 			}, opts...)
 	}
+	// confirm asks the user before it writes, and writes with the answer.
+	confirm := agent.MustTool("confirm_write", "Asks before it writes.", agent.EffectNonIdempotentWrite,
+		func(_ context.Context, call agent.ToolContext, a noteArgs) (string, error) {
+			if len(call.Answers) == 0 {
+				return "", agent.AskUser("Write "+a.Note+"?", "yes", "no")
+			}
+			if err := calls.Append("confirm_write", call.IdempotencyKey, strconv.Itoa(call.Attempt), strconv.Itoa(os.Getpid())); err != nil {
+				return "", err
+			}
+			return "confirm_write " + call.Answers[0].Answer, nil
+		}, agent.WithApproval(false))
 	tools := []agent.Tool{
+		confirm,
 		gated("read_a", agent.EffectRead),
 		gated("read_b", agent.EffectRead),
 		gated("write_once", agent.EffectNonIdempotentWrite, agent.WithApproval(false)),
