@@ -2,13 +2,16 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // RunModelInput is RunModel's input: only the turn, so the model input is
@@ -49,7 +52,7 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 	defer stop()
 	out, err := a.Runner.RunModelStep(ctx, turn)
 	out.Attempt = turn.Attempt
-	return out, err
+	return out, modelFailure(err)
 }
 
 // CallTool runs one read or idempotent write call; its retry policy allows
@@ -80,6 +83,22 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.To
 		SessionID: info.WorkflowExecution.ID, TurnID: in.TurnID, Call: in.Call,
 		IdempotencyKey: in.IdempotencyKey, Attempt: int(info.Attempt),
 		Events: events, Heartbeat: func() { activity.RecordHeartbeat(ctx, stepStartedMark) },
+	})
+}
+
+// ModelErrorType marks a failed model call in the Step's failure.
+const ModelErrorType = "stepwise.ModelError"
+
+// modelFailure tells the RunModel retry policy what a model client said: a
+// refusal that another attempt cannot change ends the attempts at once, and
+// a provider's requested delay is waited before the next attempt.
+func modelFailure(err error) error {
+	var me *agent.ModelError
+	if !errors.As(err, &me) {
+		return err
+	}
+	return temporal.NewApplicationErrorWithOptions(me.Error(), ModelErrorType, temporal.ApplicationErrorOptions{
+		NonRetryable: !me.Retryable, NextRetryDelay: me.RetryAfter,
 	})
 }
 

@@ -459,6 +459,10 @@ func startedOnTimeout(kind enumspb.TimeoutType, startedEventID int64, heartbeate
 // failureDetail is the innermost message of an activity failure: the
 // application's error or the timeout that ended the last attempt.
 func failureDetail(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Message()
+	}
 	for {
 		next := errors.Unwrap(err)
 		if next == nil {

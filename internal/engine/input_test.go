@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -124,6 +125,44 @@ func TestAToolsOwnStepLimitSetsItsAttempts(t *testing.T) {
 			h.run("go")
 			if log.count() != tc.want {
 				t.Errorf("the tool ran %d times, want %d", log.count(), tc.want)
+			}
+		})
+	}
+}
+
+// failingModel fails every call with a ModelError and counts the calls.
+type failingModel struct {
+	err   *agent.ModelError
+	calls int
+}
+
+func (m *failingModel) CallModel(context.Context, agent.ModelRequest, agent.OutputWriter) (agent.ModelResponse, error) {
+	m.calls++
+	return agent.ModelResponse{}, m.err
+}
+
+func (m *failingModel) EstimateInputTokens(agent.ModelRequest) int64 { return 0 }
+
+func TestAModelErrorDecidesWhetherRunModelTriesAgain(t *testing.T) {
+	for _, tc := range []struct {
+		err   *agent.ModelError
+		calls int
+	}{
+		{&agent.ModelError{Provider: "openai", StatusCode: 401, Message: "bad key"}, 1},
+		{&agent.ModelError{Provider: "openai", StatusCode: 429, Retryable: true, RetryAfter: 7 * time.Second, Message: "slow down"}, 3},
+	} {
+		t.Run(tc.err.Message, func(t *testing.T) {
+			model := &failingModel{err: tc.err}
+			h := newHarness(t, agent.Definition{Name: "t", Model: model})
+			h.then(func() {
+				snap := h.snapshot()
+				if snap.State.LastTurnError != tc.err.Error() {
+					t.Errorf("last_turn_error = %q, want %q", snap.State.LastTurnError, tc.err.Error())
+				}
+			})
+			h.run("hi")
+			if model.calls != tc.calls {
+				t.Errorf("the model was called %d times, want %d", model.calls, tc.calls)
 			}
 		})
 	}

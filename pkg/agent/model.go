@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"time"
 )
 
 // ModelClient makes model calls. A call sends exactly one request with no
@@ -104,6 +106,26 @@ type CallMetadata struct {
 type OutputWriter interface {
 	TextDelta(text string)
 	ReasoningDelta(text string)
+}
+
+// ModelError is a model call the provider refused or failed. Retryable
+// failures (timeouts, 408, 409, 429, 5xx, a broken stream) are retried by the
+// RunModel Step's retry policy, after RetryAfter when the provider asked for
+// a delay; others (400, 401, 403, 404) fail the turn at once. The message
+// names the provider and never carries a credential.
+type ModelError struct {
+	Provider   string
+	StatusCode int
+	Retryable  bool
+	RetryAfter time.Duration
+	Message    string
+}
+
+func (e *ModelError) Error() string {
+	if e.StatusCode > 0 {
+		return fmt.Sprintf("%s model call failed with HTTP %d: %s", e.Provider, e.StatusCode, e.Message)
+	}
+	return fmt.Sprintf("%s model call failed: %s", e.Provider, e.Message)
 }
 
 // EstimateTokens is the rule of thumb for clients without a tokenizer: about

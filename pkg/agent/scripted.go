@@ -76,7 +76,7 @@ func (m *ScriptedModel) CallModel(ctx context.Context, req ModelRequest, out Out
 		return ModelResponse{}, err
 	}
 	if out == nil {
-		out = discardOutput{}
+		out = DiscardOutput
 	}
 	var resp ModelResponse
 	add := func(item OutputItem) {
@@ -119,7 +119,9 @@ func (m *ScriptedModel) CallModel(ctx context.Context, req ModelRequest, out Out
 	return resp, nil
 }
 
-// discardOutput drops deltas, for callers that do not stream.
+// DiscardOutput drops deltas, for callers that do not stream.
+var DiscardOutput OutputWriter = discardOutput{}
+
 type discardOutput struct{}
 
 func (discardOutput) TextDelta(string)      {}

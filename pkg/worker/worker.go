@@ -38,6 +38,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/events"
 	"github.com/stepwise-run/stepwise/internal/loop"
+	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -182,8 +183,28 @@ func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelCl
 			return agent.NewScriptedModel(script), nil
 		}
 		return nil, fmt.Errorf("definition.model.name: this worker has no script named %q; it has \"demo\"%s", m.Name, scriptNames(scripts))
+	case chatcompletions.Provider:
+		if m.BaseURL == "" {
+			return nil, errors.New("definition.model.baseURL is required for an openai-compatible model")
+		}
+		return chatcompletions.New(chatcompletions.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
 	default:
 		return nil, fmt.Errorf("definition.model.provider: this worker does not carry a %q model client yet", m.Provider)
+	}
+}
+
+// keyFrom reads a model key from the worker's environment at each call, so
+// a rotated Secret is read after the rollout it causes; nil sends no key.
+func keyFrom(ref *workerconfig.SecretEnv) func() (string, error) {
+	if ref == nil {
+		return nil
+	}
+	return func() (string, error) {
+		key, err := ref.Lookup()
+		if err != nil {
+			return "", fmt.Errorf("definition.model.apiKey: %w", err)
+		}
+		return key, nil
 	}
 }
 

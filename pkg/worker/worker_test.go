@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -746,5 +747,36 @@ func TestTimingsFollowTheHeartbeatAndTheRunModelLimit(t *testing.T) {
 		Options{Customize: func(d *agent.Definition) { d.Instructions = "computed" }})
 	if err != nil || custom.Instructions != "computed" {
 		t.Errorf("Customize = %q, %v", custom.Instructions, err)
+	}
+}
+
+func TestAnOpenAICompatibleModelTalksToItsBaseURLWithTheKeyFromTheEnvironment(t *testing.T) {
+	var auth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth = r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	}))
+	defer srv.Close()
+	t.Setenv("STEPWISE_SECRET_TESTKEY", "sk-from-env")
+	m := workerconfig.Model{Provider: "openai-compatible", Name: "qwen3", BaseURL: srv.URL + "/v1",
+		APIKey: &workerconfig.SecretEnv{Env: "STEPWISE_SECRET_TESTKEY", Secret: "vllm", Key: "api-key"}}
+	client, err := Model(m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.CallModel(context.Background(), agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}}, nil)
+	if err != nil || resp.Text() != "hi" || auth != "Bearer sk-from-env" {
+		t.Fatalf("CallModel = %q, %v; Authorization %q", resp.Text(), err, auth)
+	}
+	m.BaseURL = ""
+	if _, err := Model(m, nil); err == nil || !strings.Contains(err.Error(), "definition.model.baseURL") {
+		t.Errorf("Model without a base URL = %v", err)
+	}
+	m.BaseURL, m.APIKey.Env = srv.URL+"/v1", "STEPWISE_SECRET_MISSING"
+	client, _ = Model(m, nil)
+	_, err = client.CallModel(context.Background(), agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "definition.model.apiKey") || !strings.Contains(err.Error(), "Secret vllm key api-key") {
+		t.Errorf("CallModel without the key's variable = %v", err)
 	}
 }

@@ -1,0 +1,223 @@
+// Package chatcompletions is the model client for OpenAI-compatible servers
+// (vLLM, Ollama, LM Studio, gateways): streaming Chat Completions against
+// the Agent's base URL, with tool calls, on the official OpenAI Go SDK.
+package chatcompletions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/stepwise-run/stepwise/internal/model"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+// Provider and API name the output items this client writes: items of
+// another provider or API replay as text and tool calls.
+const (
+	Provider = "openai-compatible"
+	API      = "chat.completions"
+)
+
+// Config configures a client.
+type Config struct {
+	// BaseURL is the server's API root, such as http://vllm:8000/v1.
+	BaseURL string
+	// Model is the model name sent in every request.
+	Model string
+	// APIKey returns the key for each request; nil sends none.
+	APIKey func() (string, error)
+	// HTTPClient, when set, makes the requests.
+	HTTPClient *http.Client
+}
+
+// Client makes one streaming Chat Completions request per model call.
+type Client struct {
+	cfg Config
+	api openai.Client
+}
+
+var _ agent.ModelClient = (*Client)(nil)
+
+// New returns a client. The SDK's own retries are off: the RunModel Step's
+// retry policy decides.
+func New(cfg Config) *Client {
+	opts := []option.RequestOption{option.WithBaseURL(cfg.BaseURL), option.WithMaxRetries(0), option.WithAPIKey("")}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	return &Client{cfg: cfg, api: openai.NewClient(opts...)}
+}
+
+// EstimateInputTokens applies the rule of thumb: no tokenizer is known for
+// an arbitrary server.
+func (c *Client) EstimateInputTokens(req agent.ModelRequest) int64 { return agent.EstimateTokens(req) }
+
+// CallModel streams one completion.
+func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agent.OutputWriter) (agent.ModelResponse, error) {
+	if out == nil {
+		out = agent.DiscardOutput
+	}
+	params, err := c.params(req)
+	if err != nil {
+		return agent.ModelResponse{}, err
+	}
+	var opts []option.RequestOption
+	if c.cfg.APIKey != nil {
+		key, err := c.cfg.APIKey()
+		if err != nil {
+			return agent.ModelResponse{}, &agent.ModelError{Provider: Provider, Message: err.Error()}
+		}
+		opts = append(opts, option.WithAPIKey(key))
+	}
+	stream := c.api.Chat.Completions.NewStreaming(ctx, params, opts...)
+	defer func() { _ = stream.Close() }()
+
+	var (
+		text    string
+		calls   = map[int64]*agent.ToolCall{}
+		usage   agent.Usage
+		meta    = agent.CallMetadata{Provider: Provider, RequestModel: c.cfg.Model}
+		reasons []string
+	)
+	for stream.Next() {
+		chunk := stream.Current()
+		meta.ResponseID, meta.ResponseModel = chunk.ID, chunk.Model
+		if u := chunk.Usage; u.JSON.PromptTokens.Valid() {
+			usage.InputTokens, usage.OutputTokens = u.PromptTokens, u.CompletionTokens
+			usage.CachedInputTokens = u.PromptTokensDetails.CachedTokens
+			usage.ReasoningTokens = u.CompletionTokensDetails.ReasoningTokens
+		}
+		for _, choice := range chunk.Choices {
+			if choice.Index != 0 {
+				continue
+			}
+			if d := choice.Delta.Content; d != "" {
+				text += d
+				out.TextDelta(d)
+			}
+			if r, ok := choice.Delta.JSON.ExtraFields["reasoning_content"]; ok {
+				var reasoning string
+				if json.Unmarshal([]byte(r.Raw()), &reasoning) == nil && reasoning != "" {
+					out.ReasoningDelta(reasoning)
+				}
+			}
+			for _, tc := range choice.Delta.ToolCalls {
+				call := calls[tc.Index]
+				if call == nil {
+					call = &agent.ToolCall{}
+					calls[tc.Index] = call
+				}
+				if tc.ID != "" {
+					call.ID = tc.ID
+				}
+				call.Name += tc.Function.Name
+				call.Arguments += tc.Function.Arguments
+			}
+			if choice.FinishReason != "" {
+				reasons = append(reasons, choice.FinishReason)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return agent.ModelResponse{}, classify(err)
+	}
+	if len(reasons) == 0 {
+		return agent.ModelResponse{}, &agent.ModelError{Provider: Provider, Retryable: true, Message: "the stream ended before the answer finished"}
+	}
+	meta.FinishReasons = reasons
+	usage.ModelCalls = 1
+	resp := agent.ModelResponse{Usage: usage, Metadata: meta}
+	if text != "" {
+		item, _ := json.Marshal(map[string]string{"type": "text", "text": text})
+		resp.Output = append(resp.Output, agent.OutputItem{Provider: Provider, API: API, Item: item, Type: agent.OutputText, Text: text})
+	}
+	indexes := make([]int64, 0, len(calls))
+	for i := range calls {
+		indexes = append(indexes, i)
+	}
+	sort.Slice(indexes, func(a, b int) bool { return indexes[a] < indexes[b] })
+	for _, i := range indexes {
+		call := *calls[i]
+		item, _ := json.Marshal(map[string]any{
+			"id": call.ID, "type": "function",
+			"function": map[string]string{"name": call.Name, "arguments": call.Arguments},
+		})
+		resp.Output = append(resp.Output, agent.OutputItem{Provider: Provider, API: API, Item: item, Type: agent.OutputToolCall, ToolCall: &call})
+	}
+	return resp, nil
+}
+
+// classify turns an SDK error into a ModelError.
+func classify(err error) error {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		var header http.Header
+		if apiErr.Response != nil {
+			header = apiErr.Response.Header
+		}
+		return model.HTTPError(Provider, apiErr.StatusCode, header, apiErr.Message)
+	}
+	return model.StreamError(Provider, err)
+}
+
+// params builds the whole request: no server-side conversation state.
+func (c *Client) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, error) {
+	p := openai.ChatCompletionNewParams{
+		Model:         c.cfg.Model,
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	if req.Instructions != "" {
+		p.Messages = append(p.Messages, openai.SystemMessage(req.Instructions))
+	}
+	for _, m := range req.Input {
+		switch m.Role {
+		case agent.RoleUser:
+			p.Messages = append(p.Messages, openai.UserMessage(m.Text))
+		case agent.RoleTool:
+			p.Messages = append(p.Messages, openai.ToolMessage(m.Text, m.ToolCallID))
+		case agent.RoleAssistant:
+			msg := openai.ChatCompletionAssistantMessageParam{}
+			if m.Text != "" {
+				msg.Content.OfString = openai.String(m.Text)
+			}
+			for _, call := range m.ToolCalls {
+				msg.ToolCalls = append(msg.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       call.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: call.Name, Arguments: call.Arguments},
+					},
+				})
+			}
+			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &msg})
+		}
+	}
+	for _, t := range req.Tools {
+		var schema map[string]any
+		if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+			return p, fmt.Errorf("tool %s: the parameter schema is not a JSON object: %w", t.Name, err)
+		}
+		fn := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(schema)}
+		if t.Description != "" {
+			fn.Description = openai.String(t.Description)
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fn))
+	}
+	if req.ToolChoice != "" && len(req.Tools) > 0 {
+		p.ToolChoice.OfAuto = openai.String(string(req.ToolChoice))
+	}
+	if req.Settings.MaxOutputTokens > 0 {
+		p.MaxCompletionTokens = openai.Int(req.Settings.MaxOutputTokens)
+	}
+	if req.Settings.ReasoningEffort != "" {
+		p.ReasoningEffort = shared.ReasoningEffort(req.Settings.ReasoningEffort)
+	}
+	return p, nil
+}
