@@ -39,6 +39,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/events"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
+	"github.com/stepwise-run/stepwise/internal/model/responses"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -183,6 +184,8 @@ func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelCl
 			return agent.NewScriptedModel(script), nil
 		}
 		return nil, fmt.Errorf("definition.model.name: this worker has no script named %q; it has \"demo\"%s", m.Name, scriptNames(scripts))
+	case responses.Provider:
+		return responses.New(responses.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
 	case chatcompletions.Provider:
 		if m.BaseURL == "" {
 			return nil, errors.New("definition.model.baseURL is required for an openai-compatible model")

@@ -196,9 +196,9 @@ func TestDefinitionRefuses(t *testing.T) {
 		{
 			name: "a model provider this worker does not carry",
 			mutate: func(c *workerconfig.Config) {
-				c.Definition.Model = workerconfig.Model{Provider: "openai", Name: "gpt-5-mini"}
+				c.Definition.Model = workerconfig.Model{Provider: "anthropic", Name: "claude-sonnet-5"}
 			},
-			want: []string{"definition.model.provider", `"openai"`},
+			want: []string{"definition.model.provider", `"anthropic"`},
 		},
 	}
 	for _, tt := range tests {
@@ -280,11 +280,11 @@ func TestModelRefusesAnUnknownScriptListingTheAvailableOnes(t *testing.T) {
 }
 
 func TestModelRefusesAProviderThisWorkerDoesNotCarry(t *testing.T) {
-	_, err := Model(workerconfig.Model{Provider: "openai", Name: "gpt-5-mini"}, map[string]agent.Script{"gpt-5-mini": agent.DemoScript})
+	_, err := Model(workerconfig.Model{Provider: "anthropic", Name: "claude-sonnet-5"}, map[string]agent.Script{"claude-sonnet-5": agent.DemoScript})
 	if err == nil {
 		t.Fatal("Model() = nil, want an error")
 	}
-	for _, want := range []string{"definition.model.provider", `"openai"`} {
+	for _, want := range []string{"definition.model.provider", `"anthropic"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Model() = %q, want it to mention %s", err, want)
 		}
@@ -778,5 +778,26 @@ func TestAnOpenAICompatibleModelTalksToItsBaseURLWithTheKeyFromTheEnvironment(t 
 	_, err = client.CallModel(context.Background(), agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "definition.model.apiKey") || !strings.Contains(err.Error(), "Secret vllm key api-key") {
 		t.Errorf("CallModel without the key's variable = %v", err)
+	}
+}
+
+func TestAnOpenAIModelUsesTheResponsesAPI(t *testing.T) {
+	var path, auth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path, auth = r.URL.Path, r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(`data: {"type":"response.output_item.done","output_index":0,"sequence_number":1,"item":{"id":"m","type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}}` + "\n\n" +
+			`data: {"type":"response.completed","sequence_number":2,"response":{"id":"r","status":"completed","model":"gpt","output":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}}` + "\n\n"))
+	}))
+	defer srv.Close()
+	t.Setenv("STEPWISE_SECRET_OPENAI", "sk-openai")
+	client, err := Model(workerconfig.Model{Provider: "openai", Name: "gpt-5-mini", BaseURL: srv.URL + "/v1",
+		APIKey: &workerconfig.SecretEnv{Env: "STEPWISE_SECRET_OPENAI", Secret: "openai", Key: "api-key"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.CallModel(context.Background(), agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}}, nil)
+	if err != nil || resp.Text() != "hi" || path != "/v1/responses" || auth != "Bearer sk-openai" {
+		t.Fatalf("CallModel = %q, %v; %s with %q", resp.Text(), err, path, auth)
 	}
 }
