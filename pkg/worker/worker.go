@@ -39,6 +39,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/events"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
+	"github.com/stepwise-run/stepwise/internal/model/messages"
 	"github.com/stepwise-run/stepwise/internal/model/responses"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -184,6 +185,8 @@ func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelCl
 			return agent.NewScriptedModel(script), nil
 		}
 		return nil, fmt.Errorf("definition.model.name: this worker has no script named %q; it has \"demo\"%s", m.Name, scriptNames(scripts))
+	case messages.Provider:
+		return messages.New(messages.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
 	case responses.Provider:
 		return responses.New(responses.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
 	case chatcompletions.Provider:
@@ -192,7 +195,7 @@ func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelCl
 		}
 		return chatcompletions.New(chatcompletions.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
 	default:
-		return nil, fmt.Errorf("definition.model.provider: this worker does not carry a %q model client yet", m.Provider)
+		return nil, fmt.Errorf("definition.model.provider: this worker has no %q model client; it has openai, openai-compatible, anthropic and scripted", m.Provider)
 	}
 }
 

@@ -196,9 +196,9 @@ func TestDefinitionRefuses(t *testing.T) {
 		{
 			name: "a model provider this worker does not carry",
 			mutate: func(c *workerconfig.Config) {
-				c.Definition.Model = workerconfig.Model{Provider: "anthropic", Name: "claude-sonnet-5"}
+				c.Definition.Model = workerconfig.Model{Provider: "mistral", Name: "large"}
 			},
-			want: []string{"definition.model.provider", `"anthropic"`},
+			want: []string{"definition.model.provider", `"mistral"`},
 		},
 	}
 	for _, tt := range tests {
@@ -280,11 +280,11 @@ func TestModelRefusesAnUnknownScriptListingTheAvailableOnes(t *testing.T) {
 }
 
 func TestModelRefusesAProviderThisWorkerDoesNotCarry(t *testing.T) {
-	_, err := Model(workerconfig.Model{Provider: "anthropic", Name: "claude-sonnet-5"}, map[string]agent.Script{"claude-sonnet-5": agent.DemoScript})
+	_, err := Model(workerconfig.Model{Provider: "mistral", Name: "large"}, map[string]agent.Script{"large": agent.DemoScript})
 	if err == nil {
 		t.Fatal("Model() = nil, want an error")
 	}
-	for _, want := range []string{"definition.model.provider", `"anthropic"`} {
+	for _, want := range []string{"definition.model.provider", `"mistral"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Model() = %q, want it to mention %s", err, want)
 		}
@@ -629,7 +629,7 @@ func TestHealthServerRefusesAnAddressInUse(t *testing.T) {
 
 func TestRunRefusesABadDefinitionBeforeConnecting(t *testing.T) {
 	cfg := demoConfig()
-	cfg.Definition.Model = workerconfig.Model{Provider: "anthropic", Name: "claude"}
+	cfg.Definition.Model = workerconfig.Model{Provider: "mistral", Name: "large"}
 	err := Run(context.Background(), cfg, Options{Logger: discardLogger()})
 	if err == nil || !strings.Contains(err.Error(), "definition.model.provider") {
 		t.Fatalf("Run() = %v, want an error naming definition.model.provider", err)
@@ -799,5 +799,38 @@ func TestAnOpenAIModelUsesTheResponsesAPI(t *testing.T) {
 	resp, err := client.CallModel(context.Background(), agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}}, nil)
 	if err != nil || resp.Text() != "hi" || path != "/v1/responses" || auth != "Bearer sk-openai" {
 		t.Fatalf("CallModel = %q, %v; %s with %q", resp.Text(), err, path, auth)
+	}
+}
+
+func TestAnAnthropicModelUsesTheMessagesAPI(t *testing.T) {
+	var path, key string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path, key = r.URL.Path, r.Header.Get("X-Api-Key")+r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range []string{
+			`{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"claude","content":[],"usage":{"input_tokens":1,"output_tokens":1}}}`,
+			`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}`,
+			`{"type":"content_block_stop","index":0}`,
+			`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`,
+			`{"type":"message_stop"}`,
+		} {
+			var typed struct {
+				Type string `json:"type"`
+			}
+			_ = json.Unmarshal([]byte(e), &typed)
+			_, _ = w.Write([]byte("event: " + typed.Type + "\ndata: " + e + "\n\n"))
+		}
+	}))
+	defer srv.Close()
+	t.Setenv("STEPWISE_SECRET_ANTHROPIC", "sk-ant-env")
+	client, err := Model(workerconfig.Model{Provider: "anthropic", Name: "claude-sonnet-5", BaseURL: srv.URL,
+		APIKey: &workerconfig.SecretEnv{Env: "STEPWISE_SECRET_ANTHROPIC", Secret: "anthropic", Key: "api-key"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.CallModel(context.Background(), agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}}, nil)
+	if err != nil || resp.Text() != "hi" || path != "/v1/messages" || !strings.Contains(key, "sk-ant-env") {
+		t.Fatalf("CallModel = %q, %v; %s with %q", resp.Text(), err, path, key)
 	}
 }
