@@ -43,34 +43,46 @@ func StartDevServer(t testing.TB) *testsuite.DevServer {
 	return server
 }
 
-var (
-	buildOnce sync.Once
-	built     string
-	buildErr  error
-)
+// binaries builds each worker binary once per test process.
+var binaries sync.Map
 
-// workerBinary builds the test worker once per test process.
-func workerBinary(t testing.TB) string {
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildBinary builds a main package of this module, named relative to this
+// package's directory, once per test process.
+func buildBinary(t testing.TB, pkg string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stepwise-testworker-")
+	v, _ := binaries.LoadOrStore(pkg, &built{})
+	b := v.(*built)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "stepwise-worker-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
 		_, file, _, _ := runtime.Caller(0)
-		built = filepath.Join(dir, "testworker")
-		cmd := exec.Command("go", "build", "-o", built, "./testworker")
+		b.path = filepath.Join(dir, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", b.path, pkg)
 		cmd.Dir = filepath.Dir(file)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building the test worker: %w\n%s", err, out)
+			b.err = fmt.Errorf("building %s: %w\n%s", pkg, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return built
+	return b.path
 }
+
+// workerBinary is the test worker.
+func workerBinary(t testing.TB) string { return buildBinary(t, "./testworker") }
+
+// StockWorkerBinary is the stock worker, cmd/agent-worker.
+func StockWorkerBinary(t testing.TB) string { return buildBinary(t, "../../cmd/agent-worker") }
 
 // Stack is a dev server and the worker processes of one Flow type.
 type Stack struct {
@@ -80,8 +92,12 @@ type Stack struct {
 	Client   client.Client
 	FlowType string
 	Config   workerconfig.Config
-	binary   string
-	workers  int
+	// Binary is the worker the stack starts: the test worker, unless a
+	// test names another, such as the stock worker.
+	Binary string
+	// Env is added to each worker's environment.
+	Env     []string
+	workers int
 }
 
 // NewStack starts a dev server for a Flow type whose workers run the test
@@ -91,7 +107,7 @@ func NewStack(t testing.TB, flowType string) *Stack {
 	server := StartDevServer(t)
 	s := &Stack{
 		t: t, Dir: t.TempDir(), Server: server, Client: server.Client(), FlowType: flowType,
-		binary: workerBinary(t),
+		Binary: workerBinary(t),
 		Config: workerconfig.Config{
 			APIVersion: workerconfig.APIVersion, Kind: workerconfig.Kind,
 			Agent:    workerconfig.AgentRef{Namespace: "test", Name: "test"},
@@ -139,8 +155,8 @@ func (s *Stack) StartWorker() *Worker {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command(s.binary, "--config="+path, "--stop-timeout=5s")
-	cmd.Env = append(os.Environ(), "STEPWISE_TEST_DIR="+s.Dir)
+	cmd := exec.Command(s.Binary, "--config="+path, "--stop-timeout=5s")
+	cmd.Env = append(append(os.Environ(), "STEPWISE_TEST_DIR="+s.Dir), s.Env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,235 @@
+package enginetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/pkg/client"
+)
+
+const providerKey = "sk-provider-key-never-logged-7781"
+
+// fakeProvider speaks one provider's streaming wire format: a user message
+// gets a durable_wait call, a tool result gets an answer. Every answer
+// carries an opaque reasoning item, so replay can be checked byte for byte.
+type fakeProvider struct {
+	t        *testing.T
+	provider agentsv1.ModelProvider
+	mu       sync.Mutex
+	requests []string
+	keys     []string
+}
+
+func (f *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	f.requests = append(f.requests, string(body))
+	f.keys = append(f.keys, r.Header.Get("Authorization")+r.Header.Get("X-Api-Key"))
+	n := len(f.requests)
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	send := func(events ...string) {
+		for _, e := range events {
+			var typed struct {
+				Type string `json:"type"`
+			}
+			_ = json.Unmarshal([]byte(e), &typed)
+			if typed.Type != "" {
+				fmt.Fprintf(w, "event: %s\n", typed.Type)
+			}
+			fmt.Fprintf(w, "data: %s\n\n", e)
+		}
+	}
+	answered := f.lastIsToolResult(body)
+	wait := `{\"duration_seconds\":1,\"reason\":\"test\"}`
+	switch f.provider {
+	case agentsv1.ModelProviderOpenAI:
+		reasoning := fmt.Sprintf(`{"id":"rs_%d","type":"reasoning","summary":[],"encrypted_content":"opaque-%d"}`, n, n)
+		item := fmt.Sprintf(`{"id":"fc_%d","type":"function_call","call_id":"call_%d","name":"durable_wait","arguments":"%s"}`, n, n, wait)
+		if answered {
+			item = fmt.Sprintf(`{"id":"msg_%d","type":"message","role":"assistant","content":[{"type":"output_text","text":"waited %d"}]}`, n, n)
+		}
+		send(`{"type":"response.output_item.done","output_index":0,"item":`+reasoning+`}`,
+			`{"type":"response.output_item.done","output_index":1,"item":`+item+`}`,
+			`{"type":"response.completed","response":{"id":"resp","status":"completed","model":"gpt","output":[],"usage":{"input_tokens":10,"output_tokens":2,"total_tokens":12}}}`)
+	case agentsv1.ModelProviderOpenAICompatible:
+		delta := fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_%d","type":"function","function":{"name":"durable_wait","arguments":"%s"}}]}`, n, wait)
+		finish := "tool_calls"
+		if answered {
+			delta, finish = fmt.Sprintf(`{"role":"assistant","content":"waited %d"}`, n), "stop"
+		}
+		send(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`+delta+`,"finish_reason":"`+finish+`"}]}`, "[DONE]")
+	case agentsv1.ModelProviderAnthropic:
+		block := fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"durable_wait","input":{}}`, n)
+		deltaEvent := fmt.Sprintf(`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"%s"}}`, wait)
+		reason := "tool_use"
+		if answered {
+			block = `{"type":"text","text":""}`
+			deltaEvent = fmt.Sprintf(`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"waited %d"}}`, n)
+			reason = "end_turn"
+		}
+		send(`{"type":"message_start","message":{"id":"msg","type":"message","role":"assistant","model":"claude","content":[],"usage":{"input_tokens":10,"output_tokens":1}}}`,
+			`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}`,
+			fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig-%d"}}`, n),
+			`{"type":"content_block_stop","index":0}`,
+			`{"type":"content_block_start","index":1,"content_block":`+block+`}`, deltaEvent,
+			`{"type":"content_block_stop","index":1}`,
+			`{"type":"message_delta","delta":{"stop_reason":"`+reason+`"},"usage":{"output_tokens":3}}`,
+			`{"type":"message_stop"}`)
+	}
+}
+
+// lastIsToolResult reads whether the request ends with a tool result.
+func (f *fakeProvider) lastIsToolResult(body []byte) bool {
+	var req struct {
+		Input    []map[string]any `json:"input"`
+		Messages []map[string]any `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	switch f.provider {
+	case agentsv1.ModelProviderOpenAI:
+		return len(req.Input) > 0 && req.Input[len(req.Input)-1]["type"] == "function_call_output"
+	case agentsv1.ModelProviderOpenAICompatible:
+		return len(req.Messages) > 0 && req.Messages[len(req.Messages)-1]["role"] == "tool"
+	default:
+		if len(req.Messages) == 0 {
+			return false
+		}
+		last, _ := json.Marshal(req.Messages[len(req.Messages)-1])
+		return strings.Contains(string(last), `"tool_result"`)
+	}
+}
+
+// renderedConfig renders the worker configuration the operator would give
+// an Agent on this provider.
+func renderedConfig(t *testing.T, s *Stack, provider agentsv1.ModelProvider, baseURL string) {
+	t.Helper()
+	agent := &agentsv1.Agent{
+		ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: "team", UID: "uid-1"},
+		Spec: agentsv1.AgentSpec{
+			FlowType: s.FlowType, Instructions: "You wait when asked.",
+			Model: agentsv1.ModelSpec{Provider: provider, Name: "model-x", BaseURL: baseURL,
+				APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "model-key", Key: "api-key"}},
+			BuiltInTools: []agentsv1.BuiltInTool{"durable_wait"},
+		},
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "model-key", Namespace: "team"}, Data: map[string][]byte{"api-key": []byte(providerKey)}}
+	resolved, blocker := render.Resolve(agent, render.Observed{Secrets: map[string]*corev1.Secret{"model-key": secret}},
+		render.Defaults{Engine: &agentsv1.EngineSpec{Address: s.Server.FrontendHostPort(), Namespace: "default"}, WorkerImage: "stock", WorkerEngineVersion: "0.1.0"})
+	if blocker != nil {
+		t.Fatalf("the Agent is blocked: %s: %s", blocker.Reason, blocker.Message)
+	}
+	objects, err := render.Worker(resolved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Config = objects.Config
+	s.Config.Engine.StepHeartbeatTimeout = metav1.Duration{Duration: 2 * time.Second}
+	s.Binary = StockWorkerBinary(t)
+	s.Env = []string{render.SecretEnvName("model-key", "api-key") + "=" + providerKey}
+}
+
+func TestTwoTurnsWithToolCallsAgainstEachProvidersWireFormat(t *testing.T) {
+	for _, tc := range []struct {
+		provider agentsv1.ModelProvider
+		path     string
+		replayed func(n int) string
+	}{
+		{agentsv1.ModelProviderOpenAI, "/v1", func(n int) string {
+			return fmt.Sprintf(`{"id":"rs_%d","type":"reasoning","summary":[],"encrypted_content":"opaque-%d"}`, n, n)
+		}},
+		{agentsv1.ModelProviderOpenAICompatible, "/v1", func(n int) string {
+			if n%2 == 0 {
+				return fmt.Sprintf(`{"content":"waited %d","role":"assistant"}`, n)
+			}
+			return fmt.Sprintf(`"id":"call_%d"`, n)
+		}},
+		{agentsv1.ModelProviderAnthropic, "", func(n int) string {
+			return fmt.Sprintf(`{"signature":"sig-%d","thinking":"hmm","type":"thinking"}`, n)
+		}},
+	} {
+		t.Run(string(tc.provider), func(t *testing.T) {
+			fake := &fakeProvider{t: t, provider: tc.provider}
+			srv := httptest.NewServer(http.HandlerFunc(fake.serve))
+			defer srv.Close()
+			s := NewStack(t, "Provider"+strings.ReplaceAll(string(tc.provider), "-", ""))
+			renderedConfig(t, s, tc.provider, srv.URL+tc.path)
+			w := s.StartWorker()
+			sessions := client.New(s.Client, s.FlowType, "")
+			ctx := context.Background()
+			if ok, err := sessions.Start(ctx, "s1", "wait please"); !ok || err != nil {
+				t.Fatalf("Start = %v, %v", ok, err)
+			}
+			if answer := lastAnswer(t, sessions, "s1", 1); answer != "waited 2" {
+				t.Fatalf("turn 1 answer = %q", answer)
+			}
+			if ok, err := sessions.Send(ctx, "s1", "again"); !ok || err != nil {
+				t.Fatalf("Send = %v, %v", ok, err)
+			}
+			if answer := lastAnswer(t, sessions, "s1", 2); answer != "waited 4" {
+				t.Fatalf("turn 2 answer = %q", answer)
+			}
+			fake.mu.Lock()
+			requests, keys := append([]string(nil), fake.requests...), append([]string(nil), fake.keys...)
+			fake.mu.Unlock()
+			if len(requests) != 4 {
+				t.Fatalf("the provider got %d requests, want one per model call: 4", len(requests))
+			}
+			for i := 1; i <= 3; i++ {
+				for earlier := 1; earlier <= i; earlier++ {
+					if !strings.Contains(requests[i], tc.replayed(earlier)) {
+						t.Errorf("request %d does not replay answer %d's item %s", i+1, earlier, tc.replayed(earlier))
+					}
+				}
+			}
+			for i, k := range keys {
+				if !strings.Contains(k, providerKey) {
+					t.Errorf("request %d carried no key", i+1)
+				}
+			}
+			// The key appears nowhere the session shows or the worker writes.
+			snap, err := sessions.Snapshot(ctx, "s1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			shown, _ := json.Marshal(snap)
+			resp, err := http.Get("http://" + w.Health + "/debug/events?session=s1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			events, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			w.Kill()
+			logs, _ := filepath.Glob(filepath.Join(s.Dir, "worker-*.log"))
+			for _, where := range append([]string{"snapshot", "events"}, logs...) {
+				text := map[string]string{"snapshot": string(shown), "events": string(events)}[where]
+				if text == "" {
+					raw, _ := os.ReadFile(where)
+					text = string(raw)
+				}
+				if strings.Contains(text, providerKey) {
+					t.Errorf("the key appears in %s", where)
+				}
+			}
+			if !strings.Contains(string(events), `"usage_recorded"`) {
+				t.Errorf("the worker's events show no usage: %s", events)
+			}
+		})
+	}
+}
