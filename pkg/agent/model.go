@@ -20,6 +20,16 @@ type ModelClient interface {
 	EstimateInputTokens(req ModelRequest) int64
 }
 
+// ForcedToolChoice is implemented by a model client that cannot always force
+// a tool call. The session asks it before a request with ToolChoiceRequired,
+// so a planning turn that needs a forced choice is refused with a clear
+// error rather than sent.
+type ForcedToolChoice interface {
+	// SupportsForcedToolChoice reports whether a request with these
+	// settings may require a tool call.
+	SupportsForcedToolChoice(settings ModelSettings) bool
+}
+
 // ToolChoice says whether the model may, must, or must not call tools.
 type ToolChoice string
 

@@ -26,6 +26,19 @@ const (
 	API      = "messages"
 )
 
+// thinkingBudgets maps the Agent's reasoningEffort to extended thinking's
+// token budget; an empty effort leaves thinking off.
+var thinkingBudgets = map[string]int64{"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+
+// SupportsForcedToolChoice reports whether a tool call may be forced: not
+// with extended thinking, which the Messages API refuses to combine with a
+// forced choice.
+func (c *Client) SupportsForcedToolChoice(settings agent.ModelSettings) bool {
+	return thinkingBudgets[settings.ReasoningEffort] == 0
+}
+
+var _ agent.ForcedToolChoice = (*Client)(nil)
+
 // DefaultMaxTokens is sent when the Agent sets no maxOutputTokens: the
 // Messages API requires a bound.
 const DefaultMaxTokens = 8192
@@ -212,6 +225,13 @@ func (c *Client) params(req agent.ModelRequest) (anthropic.MessageNewParams, err
 	p := anthropic.MessageNewParams{Model: c.cfg.Model, MaxTokens: DefaultMaxTokens}
 	if req.Settings.MaxOutputTokens > 0 {
 		p.MaxTokens = req.Settings.MaxOutputTokens
+	}
+	if budget := thinkingBudgets[req.Settings.ReasoningEffort]; budget > 0 {
+		if req.ToolChoice == agent.ToolChoiceRequired && len(req.Tools) > 0 {
+			return p, &agent.ModelError{Provider: Provider, Message: "a forced tool choice cannot be combined with extended thinking (reasoningEffort " + req.Settings.ReasoningEffort + ")"}
+		}
+		p.Thinking = anthropic.ThinkingConfigParamOfEnabled(budget)
+		p.MaxTokens = max(p.MaxTokens, budget+1024)
 	}
 	if req.Instructions != "" {
 		p.System = []anthropic.TextBlockParam{{Text: req.Instructions}}

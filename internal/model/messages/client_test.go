@@ -238,3 +238,34 @@ func TestFailuresBecomeModelErrorsThatNameTheProviderAndNeverTheKey(t *testing.T
 		})
 	}
 }
+
+func TestExtendedThinkingFollowsTheReasoningEffortAndRefusesAForcedToolChoice(t *testing.T) {
+	s, c := newServer(t, events(messageStart, messageDelta("end_turn", 1), messageStop))
+	req := agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "Hi"}}, Settings: agent.ModelSettings{ReasoningEffort: "medium"}}
+	if _, err := c.CallModel(context.Background(), req, nil); err != nil {
+		t.Fatal(err)
+	}
+	body := s.body(0)
+	if thinking, _ := json.Marshal(body["thinking"]); string(thinking) != `{"budget_tokens":8192,"type":"enabled"}` || body["max_tokens"] != float64(9216) {
+		t.Errorf("thinking = %s, max_tokens = %v", thinking, body["max_tokens"])
+	}
+	if c.SupportsForcedToolChoice(req.Settings) || !c.SupportsForcedToolChoice(agent.ModelSettings{}) {
+		t.Error("SupportsForcedToolChoice should be false with thinking and true without")
+	}
+	req.Tools, req.ToolChoice = []agent.ToolDefinition{lookupTool}, agent.ToolChoiceRequired
+	_, err := c.CallModel(context.Background(), req, nil)
+	var me *agent.ModelError
+	if !errors.As(err, &me) || me.Retryable || !strings.Contains(me.Message, "forced tool choice") {
+		t.Fatalf("a forced choice with thinking = %v, want a refusal that is not retried", err)
+	}
+	if len(s.raw) != 1 {
+		t.Errorf("the refused request was sent")
+	}
+	req.Settings = agent.ModelSettings{}
+	if _, err := c.CallModel(context.Background(), req, nil); err != nil {
+		t.Fatal(err)
+	}
+	if choice, _ := json.Marshal(s.body(1)["tool_choice"]); string(choice) != `{"type":"any"}` {
+		t.Errorf("tool_choice = %s, want any", choice)
+	}
+}
