@@ -27,8 +27,8 @@ const (
 )
 
 // thinkingBudgets maps the Agent's reasoningEffort to extended thinking's
-// token budget; an empty effort leaves thinking off.
-var thinkingBudgets = map[string]int64{"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+// token budget; an empty effort, or "none", leaves thinking off.
+var thinkingBudgets = map[string]int64{"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32000}
 
 // SupportsForcedToolChoice reports whether a tool call may be forced: not
 // with extended thinking, which the Messages API refuses to combine with a
