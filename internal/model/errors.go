@@ -13,6 +13,32 @@ import (
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
+// Config configures a model client.
+type Config struct {
+	// BaseURL is the API root; empty uses the provider's own.
+	BaseURL string
+	// Model is the model name sent in every request.
+	Model string
+	// APIKey returns the key for each request, so a rotated key is read when
+	// it changes; nil sends none.
+	APIKey func() (string, error)
+	// HTTPClient, when set, makes the requests.
+	HTTPClient *http.Client
+}
+
+// Key reads the request's key: ok is false when the client sends none. A
+// failure is a ModelError that names the provider.
+func (c Config) Key(provider string) (key string, ok bool, err error) {
+	if c.APIKey == nil {
+		return "", false, nil
+	}
+	key, err = c.APIKey()
+	if err != nil {
+		return "", false, &agent.ModelError{Provider: provider, Message: err.Error()}
+	}
+	return key, true, nil
+}
+
 // Retryable reports whether an HTTP status is worth another attempt: a
 // timeout, a conflict, a rate limit, or a server error.
 func Retryable(status int) bool {

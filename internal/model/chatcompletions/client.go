@@ -27,16 +27,7 @@ const (
 )
 
 // Config configures a client.
-type Config struct {
-	// BaseURL is the server's API root, such as http://vllm:8000/v1.
-	BaseURL string
-	// Model is the model name sent in every request.
-	Model string
-	// APIKey returns the key for each request; nil sends none.
-	APIKey func() (string, error)
-	// HTTPClient, when set, makes the requests.
-	HTTPClient *http.Client
-}
+type Config = model.Config
 
 // Client makes one streaming Chat Completions request per model call.
 type Client struct {
@@ -70,11 +61,11 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 		return agent.ModelResponse{}, err
 	}
 	var opts []option.RequestOption
-	if c.cfg.APIKey != nil {
-		key, err := c.cfg.APIKey()
-		if err != nil {
-			return agent.ModelResponse{}, &agent.ModelError{Provider: Provider, Message: err.Error()}
-		}
+	key, ok, err := c.cfg.Key(Provider)
+	if err != nil {
+		return agent.ModelResponse{}, err
+	}
+	if ok {
 		opts = append(opts, option.WithAPIKey(key))
 	}
 	stream := c.api.Chat.Completions.NewStreaming(ctx, params, opts...)

@@ -29,16 +29,7 @@ const (
 )
 
 // Config configures a client.
-type Config struct {
-	// BaseURL is the API root; empty uses OpenAI's.
-	BaseURL string
-	// Model is the model name sent in every request.
-	Model string
-	// APIKey returns the key for each request.
-	APIKey func() (string, error)
-	// HTTPClient, when set, makes the requests.
-	HTTPClient *http.Client
-}
+type Config = model.Config
 
 // Client makes one streaming Responses request per model call.
 type Client struct {
@@ -89,11 +80,11 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 		return agent.ModelResponse{}, err
 	}
 	var opts []option.RequestOption
-	if c.cfg.APIKey != nil {
-		key, err := c.cfg.APIKey()
-		if err != nil {
-			return agent.ModelResponse{}, &agent.ModelError{Provider: Provider, Message: err.Error()}
-		}
+	key, ok, err := c.cfg.Key(Provider)
+	if err != nil {
+		return agent.ModelResponse{}, err
+	}
+	if ok {
 		opts = append(opts, option.WithAPIKey(key))
 	}
 	stream := c.api.Responses.NewStreaming(ctx, params, opts...)
