@@ -5,68 +5,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/model/modeltest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 const testKey = "sk-test-do-not-leak-4242"
 
-// server speaks the Chat Completions wire format: it records each request
-// and answers with the next canned response.
-type server struct {
-	t         *testing.T
-	mu        sync.Mutex
-	bodies    []map[string]any
-	auth      []string
-	responses []func(w http.ResponseWriter)
+func newServer(t *testing.T, responses ...modeltest.Response) (*modeltest.Server, *Client) {
+	s := modeltest.NewServer(t, "/v1/chat/completions", responses...)
+	return s, New(Config{BaseURL: s.URL + "/v1", Model: "qwen3", APIKey: func() (string, error) { return testKey, nil }})
 }
 
-func newServer(t *testing.T, responses ...func(w http.ResponseWriter)) (*server, *Client) {
-	s := &server{t: t, responses: responses}
-	ts := httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(ts.Close)
-	c := New(Config{BaseURL: ts.URL + "/v1", Model: "qwen3", APIKey: func() (string, error) { return testKey, nil }})
-	return s, c
-}
-
-func (s *server) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/v1/chat/completions" || r.Method != http.MethodPost {
-		http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusNotFound)
-		return
+// sse answers with chunks, then [DONE] unless the stream is cut.
+func sse(chunks []string, done bool) modeltest.Response {
+	if done {
+		chunks = append(chunks, "[DONE]")
 	}
-	raw, _ := io.ReadAll(r.Body)
-	var body map[string]any
-	if err := json.Unmarshal(raw, &body); err != nil {
-		s.t.Errorf("request body is not JSON: %s", raw)
-	}
-	s.mu.Lock()
-	s.bodies = append(s.bodies, body)
-	s.auth = append(s.auth, r.Header.Get("Authorization"))
-	respond := s.responses[min(len(s.bodies), len(s.responses))-1]
-	s.mu.Unlock()
-	respond(w)
-}
-
-// sse answers with chunks as Server-Sent Events, then [DONE] unless cut.
-func sse(chunks []string, done bool) func(w http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, c := range chunks {
-			fmt.Fprintf(w, "data: %s\n\n", c)
-			w.(http.Flusher).Flush()
-		}
-		if done {
-			fmt.Fprint(w, "data: [DONE]\n\n")
-		}
-	}
+	return modeltest.Events(chunks...)
 }
 
 func chunk(delta string, finish string) string {
@@ -79,15 +40,8 @@ func chunk(delta string, finish string) string {
 
 const usageChunk = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"qwen3-2026","choices":[],"usage":{"prompt_tokens":31,"completion_tokens":7,"total_tokens":38,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}`
 
-func failing(status int, header map[string]string, message string) func(w http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		for k, v := range header {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, message)
-	}
+func failing(status int, header map[string]string, message string) modeltest.Response {
+	return modeltest.Failing(status, header, fmt.Sprintf(`{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, message))
 }
 
 type deltas struct{ text, reasoning []string }
@@ -125,11 +79,11 @@ func TestATextAnswerStreamsAndReportsUsage(t *testing.T) {
 	}
 	want := mustJSON(t, `{"model":"qwen3","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":256,
 		"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]}`)
-	if !reflect.DeepEqual(s.bodies[0], want) {
-		t.Errorf("request body = %v\nwant %v", s.bodies[0], want)
+	if !reflect.DeepEqual(s.Body(0), want) {
+		t.Errorf("request body = %v\nwant %v", s.Body(0), want)
 	}
-	if s.auth[0] != "Bearer "+testKey {
-		t.Errorf("Authorization = %q", s.auth[0])
+	if s.Key(0) != "Bearer "+testKey {
+		t.Errorf("Authorization = %q", s.Key(0))
 	}
 	if resp.Text() != "Hello" || strings.Join(d.text, "|") != "Hel|lo" || strings.Join(d.reasoning, "") != "thinking" {
 		t.Errorf("text = %q, deltas = %v, reasoning = %v", resp.Text(), d.text, d.reasoning)
@@ -170,8 +124,8 @@ func TestParallelToolCallsAndTheirReplay(t *testing.T) {
 	}
 	wantTools := mustJSON(t, `[{"type":"function","function":{"name":"lookup_order","description":"Look up an order.",
 		"parameters":{"type":"object","properties":{"order_id":{"type":"string"}},"required":["order_id"]}}}]`)
-	if !reflect.DeepEqual(s.bodies[0]["tools"], wantTools) || s.bodies[0]["tool_choice"] != "auto" {
-		t.Errorf("tools = %v, tool_choice = %v", s.bodies[0]["tools"], s.bodies[0]["tool_choice"])
+	if !reflect.DeepEqual(s.Body(0)["tools"], wantTools) || s.Body(0)["tool_choice"] != "auto" {
+		t.Errorf("tools = %v, tool_choice = %v", s.Body(0)["tools"], s.Body(0)["tool_choice"])
 	}
 
 	// The next call sends the whole input again: the answer with its calls,
@@ -190,8 +144,8 @@ func TestParallelToolCallsAndTheirReplay(t *testing.T) {
 			{"id":"call_b","type":"function","function":{"name":"lookup_order","arguments":"{\"order_id\":\"8\"}"}}]},
 		{"role":"tool","tool_call_id":"call_a","content":"shipped"},
 		{"role":"tool","tool_call_id":"call_b","content":"delivered"}]`)
-	if !reflect.DeepEqual(s.bodies[1]["messages"], wantMessages) {
-		got, _ := json.Marshal(s.bodies[1]["messages"])
+	if !reflect.DeepEqual(s.Body(1)["messages"], wantMessages) {
+		got, _ := json.Marshal(s.Body(1)["messages"])
 		t.Errorf("replayed messages = %s", got)
 	}
 }
@@ -199,7 +153,7 @@ func TestParallelToolCallsAndTheirReplay(t *testing.T) {
 func TestFailuresBecomeModelErrorsThatNameTheProviderAndNeverTheKey(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		respond    func(w http.ResponseWriter)
+		respond    modeltest.Response
 		status     int
 		retryable  bool
 		retryAfter time.Duration

@@ -5,68 +5,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/model/modeltest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 const testKey = "sk-ant-test-do-not-leak-4242"
 
-type server struct {
-	t         *testing.T
-	mu        sync.Mutex
-	raw       []string
-	keys      []string
-	responses []func(w http.ResponseWriter)
+func newServer(t *testing.T, responses ...modeltest.Response) (*modeltest.Server, *Client) {
+	s := modeltest.NewServer(t, "/v1/messages", responses...)
+	return s, New(Config{BaseURL: s.URL, Model: "claude-sonnet-5", APIKey: func() (string, error) { return testKey, nil }})
 }
 
-func newServer(t *testing.T, responses ...func(w http.ResponseWriter)) (*server, *Client) {
-	s := &server{t: t, responses: responses}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/messages" {
-			http.Error(w, "unexpected path "+r.URL.Path, http.StatusNotFound)
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		s.raw = append(s.raw, string(body))
-		s.keys = append(s.keys, r.Header.Get("X-Api-Key")+r.Header.Get("Authorization"))
-		respond := s.responses[min(len(s.raw), len(s.responses))-1]
-		s.mu.Unlock()
-		respond(w)
-	}))
-	t.Cleanup(ts.Close)
-	return s, New(Config{BaseURL: ts.URL, Model: "claude-sonnet-5", APIKey: func() (string, error) { return testKey, nil }})
-}
-
-func (s *server) body(i int) map[string]any {
-	var v map[string]any
-	if err := json.Unmarshal([]byte(s.raw[i]), &v); err != nil {
-		s.t.Fatalf("request %d is not JSON: %s", i, s.raw[i])
-	}
-	return v
-}
-
-func events(evs ...string) func(w http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, e := range evs {
-			var typed struct {
-				Type string `json:"type"`
-			}
-			_ = json.Unmarshal([]byte(e), &typed)
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typed.Type, e)
-			w.(http.Flusher).Flush()
-		}
-	}
-}
+var events = modeltest.Events
 
 const (
 	messageStart  = `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-5-2026","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_read_input_tokens":5,"cache_creation_input_tokens":0,"output_tokens":1}}}`
@@ -131,11 +87,11 @@ func TestThinkingAndParallelToolUseAreKeptAndReplayedWithTheirSignature(t *testi
 		"system":[{"type":"text","text":"Be brief."}],
 		"messages":[{"role":"user","content":[{"type":"text","text":"Orders 7 and 8?"}]}],
 		"tools":[{"name":"lookup_order","description":"Look up an order.","input_schema":{"type":"object","properties":{"order_id":{"type":"string"}},"required":["order_id"]}}]}`), &want)
-	if got := s.body(0); !reflect.DeepEqual(got, want) {
-		t.Errorf("request = %s", s.raw[0])
+	if got := s.Body(0); !reflect.DeepEqual(got, want) {
+		t.Errorf("request = %s", s.Raw(0))
 	}
-	if !strings.Contains(s.keys[0], testKey) {
-		t.Errorf("the request carried no key: %q", s.keys[0])
+	if !strings.Contains(s.Key(0), testKey) {
+		t.Errorf("the request carried no key: %q", s.Key(0))
 	}
 	if strings.Join(d.reasoning, "") != "Let me think" || strings.Join(d.text, "") != "Looking it up." {
 		t.Errorf("deltas = %v / %v", d.reasoning, d.text)
@@ -161,10 +117,10 @@ func TestThinkingAndParallelToolUseAreKeptAndReplayedWithTheirSignature(t *testi
 	if _, err := c.CallModel(context.Background(), req, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(s.raw[1], `"content":[`+thinkingBlock+`,`) {
-		t.Errorf("the thinking block is not replayed byte for byte:\n%s", s.raw[1])
+	if !strings.Contains(s.Raw(1), `"content":[`+thinkingBlock+`,`) {
+		t.Errorf("the thinking block is not replayed byte for byte:\n%s", s.Raw(1))
 	}
-	messages, _ := json.Marshal(s.body(1)["messages"])
+	messages, _ := json.Marshal(s.Body(1)["messages"])
 	var gotMessages, wantMessages any
 	_ = json.Unmarshal(messages, &gotMessages)
 	_ = json.Unmarshal([]byte(`[{"role":"user","content":[{"type":"text","text":"Orders 7 and 8?"}]},
@@ -188,29 +144,22 @@ func TestAnotherProvidersAnswerReplaysWithoutItsReasoning(t *testing.T) {
 	}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(s.raw[0], "opaque") {
-		t.Errorf("another provider's reasoning was sent: %s", s.raw[0])
+	if strings.Contains(s.Raw(0), "opaque") {
+		t.Errorf("another provider's reasoning was sent: %s", s.Raw(0))
 	}
-	if !strings.Contains(s.raw[0], `{"id":"call_a","input":{"order_id":"7"},"name":"lookup_order","type":"tool_use"}`) {
-		t.Errorf("the tool call was not replayed as tool_use: %s", s.raw[0])
+	if !strings.Contains(s.Raw(0), `{"id":"call_a","input":{"order_id":"7"},"name":"lookup_order","type":"tool_use"}`) {
+		t.Errorf("the tool call was not replayed as tool_use: %s", s.Raw(0))
 	}
 }
 
-func failing(status int, header map[string]string, message string) func(w http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		for k, v := range header {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"type":"error","error":{"type":"api_error","message":%q}}`, message)
-	}
+func failing(status int, header map[string]string, message string) modeltest.Response {
+	return modeltest.Failing(status, header, fmt.Sprintf(`{"type":"error","error":{"type":"api_error","message":%q}}`, message))
 }
 
 func TestFailuresBecomeModelErrorsThatNameTheProviderAndNeverTheKey(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		respond    func(w http.ResponseWriter)
+		respond    modeltest.Response
 		status     int
 		retryable  bool
 		retryAfter time.Duration
@@ -245,7 +194,7 @@ func TestExtendedThinkingFollowsTheReasoningEffortAndRefusesAForcedToolChoice(t 
 	if _, err := c.CallModel(context.Background(), req, nil); err != nil {
 		t.Fatal(err)
 	}
-	body := s.body(0)
+	body := s.Body(0)
 	if thinking, _ := json.Marshal(body["thinking"]); string(thinking) != `{"budget_tokens":8192,"type":"enabled"}` || body["max_tokens"] != float64(9216) {
 		t.Errorf("thinking = %s, max_tokens = %v", thinking, body["max_tokens"])
 	}
@@ -258,14 +207,14 @@ func TestExtendedThinkingFollowsTheReasoningEffortAndRefusesAForcedToolChoice(t 
 	if !errors.As(err, &me) || me.Retryable || !strings.Contains(me.Message, "forced tool choice") {
 		t.Fatalf("a forced choice with thinking = %v, want a refusal that is not retried", err)
 	}
-	if len(s.raw) != 1 {
+	if s.Count() != 1 {
 		t.Errorf("the refused request was sent")
 	}
 	req.Settings = agent.ModelSettings{}
 	if _, err := c.CallModel(context.Background(), req, nil); err != nil {
 		t.Fatal(err)
 	}
-	if choice, _ := json.Marshal(s.body(1)["tool_choice"]); string(choice) != `{"type":"any"}` {
+	if choice, _ := json.Marshal(s.Body(1)["tool_choice"]); string(choice) != `{"type":"any"}` {
 		t.Errorf("tool_choice = %s, want any", choice)
 	}
 }

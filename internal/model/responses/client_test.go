@@ -5,70 +5,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/model/modeltest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 const testKey = "sk-test-do-not-leak-4242"
 
-// server speaks the Responses wire format: it records each raw request
-// body and answers with the next canned response.
-type server struct {
-	t         *testing.T
-	mu        sync.Mutex
-	raw       []string
-	auth      []string
-	responses []func(w http.ResponseWriter)
+func newServer(t *testing.T, responses ...modeltest.Response) (*modeltest.Server, *Client) {
+	s := modeltest.NewServer(t, "/v1/responses", responses...)
+	return s, New(Config{BaseURL: s.URL + "/v1", Model: "gpt-5-mini", APIKey: func() (string, error) { return testKey, nil }})
 }
 
-func newServer(t *testing.T, responses ...func(w http.ResponseWriter)) (*server, *Client) {
-	s := &server{t: t, responses: responses}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/responses" {
-			http.Error(w, "unexpected path "+r.URL.Path, http.StatusNotFound)
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		s.raw = append(s.raw, string(body))
-		s.auth = append(s.auth, r.Header.Get("Authorization"))
-		respond := s.responses[min(len(s.raw), len(s.responses))-1]
-		s.mu.Unlock()
-		respond(w)
-	}))
-	t.Cleanup(ts.Close)
-	return s, New(Config{BaseURL: ts.URL + "/v1", Model: "gpt-5-mini", APIKey: func() (string, error) { return testKey, nil }})
-}
-
-func (s *server) body(i int) map[string]any {
-	var v map[string]any
-	if err := json.Unmarshal([]byte(s.raw[i]), &v); err != nil {
-		s.t.Fatalf("request %d is not JSON: %s", i, s.raw[i])
-	}
-	return v
-}
-
-func events(evs ...string) func(w http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, e := range evs {
-			var typed struct {
-				Type string `json:"type"`
-			}
-			_ = json.Unmarshal([]byte(e), &typed)
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typed.Type, e)
-			w.(http.Flusher).Flush()
-		}
-	}
-}
+var events = modeltest.Events
 
 const (
 	reasoningItem = `{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"Thinking"}],"encrypted_content":"gAAAAABo+opaque/bytes=="}`
@@ -108,11 +62,11 @@ func TestAnAnswerWithReasoningIsKeptExactlyAndReplayedUnchanged(t *testing.T) {
 	var want map[string]any
 	_ = json.Unmarshal([]byte(`{"model":"gpt-5-mini","store":false,"include":["reasoning.encrypted_content"],"instructions":"Be brief.",
 		"max_output_tokens":300,"reasoning":{"effort":"low"},"stream":true,"input":[{"role":"user","content":"Hi"}]}`), &want)
-	if got := s.body(0); !reflect.DeepEqual(got, want) {
-		t.Errorf("request = %s\nwant %v", s.raw[0], want)
+	if got := s.Body(0); !reflect.DeepEqual(got, want) {
+		t.Errorf("request = %s\nwant %v", s.Raw(0), want)
 	}
-	if s.auth[0] != "Bearer "+testKey {
-		t.Errorf("Authorization = %q", s.auth[0])
+	if s.Key(0) != "Bearer "+testKey {
+		t.Errorf("Authorization = %q", s.Key(0))
 	}
 	if resp.Text() != "Hello" || strings.Join(d.text, "") != "Hello" || strings.Join(d.reasoning, "") != "Thinking" {
 		t.Errorf("text %q, deltas %v / %v", resp.Text(), d.text, d.reasoning)
@@ -130,8 +84,8 @@ func TestAnAnswerWithReasoningIsKeptExactlyAndReplayedUnchanged(t *testing.T) {
 	if _, err := c.CallModel(context.Background(), req, &d); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(s.raw[1], `"input":[{"content":"Hi","role":"user"},`+reasoningItem+`,`+messageItem+`,{"content":"And?","role":"user"}]`) {
-		t.Errorf("the next request does not replay the items byte for byte:\n%s", s.raw[1])
+	if !strings.Contains(s.Raw(1), `"input":[{"content":"Hi","role":"user"},`+reasoningItem+`,`+messageItem+`,{"content":"And?","role":"user"}]`) {
+		t.Errorf("the next request does not replay the items byte for byte:\n%s", s.Raw(1))
 	}
 }
 
@@ -153,7 +107,7 @@ func TestParallelFunctionCallsAndTheirResults(t *testing.T) {
 	var wantTools any
 	_ = json.Unmarshal([]byte(`[{"type":"function","name":"lookup_order","description":"Look up an order.","strict":false,
 		"parameters":{"type":"object","properties":{"order_id":{"type":"string"}},"required":["order_id"]}}]`), &wantTools)
-	if got := s.body(0); !reflect.DeepEqual(got["tools"], wantTools) || got["tool_choice"] != "auto" {
+	if got := s.Body(0); !reflect.DeepEqual(got["tools"], wantTools) || got["tool_choice"] != "auto" {
 		t.Errorf("tools = %v, tool_choice = %v", got["tools"], got["tool_choice"])
 	}
 	req.Input = append(req.Input,
@@ -165,8 +119,8 @@ func TestParallelFunctionCallsAndTheirResults(t *testing.T) {
 	}
 	wantInput := `"input":[{"content":"Orders 7 and 8?","role":"user"},` + callA + `,` + callB +
 		`,{"output":"shipped","call_id":"call_a","type":"function_call_output"},{"output":"delivered","call_id":"call_b","type":"function_call_output"}]`
-	if !strings.Contains(s.raw[1], wantInput) {
-		t.Errorf("replayed input:\n%s\nwant it to contain\n%s", s.raw[1], wantInput)
+	if !strings.Contains(s.Raw(1), wantInput) {
+		t.Errorf("replayed input:\n%s\nwant it to contain\n%s", s.Raw(1), wantInput)
 	}
 }
 
@@ -184,10 +138,10 @@ func TestAnotherProvidersAnswerReplaysAsTextAndToolCallsWithoutReasoning(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(s.raw[0], "secret thinking") || strings.Contains(s.raw[0], "signature") {
-		t.Errorf("another provider's reasoning was sent: %s", s.raw[0])
+	if strings.Contains(s.Raw(0), "secret thinking") || strings.Contains(s.Raw(0), "signature") {
+		t.Errorf("another provider's reasoning was sent: %s", s.Raw(0))
 	}
-	input, _ := json.Marshal(s.body(0)["input"])
+	input, _ := json.Marshal(s.Body(0)["input"])
 	var got, want any
 	_ = json.Unmarshal(input, &got)
 	_ = json.Unmarshal([]byte(`[{"role":"user","content":"Order 7?"},{"role":"assistant","content":"Let me look."},
@@ -198,21 +152,14 @@ func TestAnotherProvidersAnswerReplaysAsTextAndToolCallsWithoutReasoning(t *test
 	}
 }
 
-func failing(status int, header map[string]string, message string) func(w http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		for k, v := range header {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, message)
-	}
+func failing(status int, header map[string]string, message string) modeltest.Response {
+	return modeltest.Failing(status, header, fmt.Sprintf(`{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, message))
 }
 
 func TestFailuresBecomeModelErrorsThatNameTheProviderAndNeverTheKey(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		respond    func(w http.ResponseWriter)
+		respond    modeltest.Response
 		status     int
 		retryable  bool
 		retryAfter time.Duration
