@@ -6,16 +6,14 @@ package chatcompletions
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/stepwise-run/stepwise/internal/model"
+	"github.com/stepwise-run/stepwise/internal/model/openaiapi"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -40,11 +38,7 @@ var _ agent.ModelClient = (*Client)(nil)
 // New returns a client. The SDK's own retries are off: the RunModel Step's
 // retry policy decides.
 func New(cfg Config) *Client {
-	opts := []option.RequestOption{option.WithBaseURL(cfg.BaseURL), option.WithMaxRetries(0), option.WithAPIKey("")}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
-	}
-	return &Client{cfg: cfg, api: openai.NewClient(opts...)}
+	return &Client{cfg: cfg, api: openaiapi.NewClient(cfg)}
 }
 
 // EstimateInputTokens applies the rule of thumb: no tokenizer is known for
@@ -60,13 +54,9 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 	if err != nil {
 		return agent.ModelResponse{}, err
 	}
-	var opts []option.RequestOption
-	key, ok, err := c.cfg.Key(Provider)
+	opts, err := openaiapi.CallOptions(c.cfg, Provider)
 	if err != nil {
 		return agent.ModelResponse{}, err
-	}
-	if ok {
-		opts = append(opts, option.WithAPIKey(key))
 	}
 	stream := c.api.Chat.Completions.NewStreaming(ctx, params, opts...)
 	defer func() { _ = stream.Close() }()
@@ -118,7 +108,7 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return agent.ModelResponse{}, classify(err)
+		return agent.ModelResponse{}, openaiapi.Classify(Provider, err)
 	}
 	if len(reasons) == 0 {
 		return agent.ModelResponse{}, &agent.ModelError{Provider: Provider, Retryable: true, Message: "the stream ended before the answer finished"}
@@ -147,18 +137,6 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 }
 
 // classify turns an SDK error into a ModelError.
-func classify(err error) error {
-	var apiErr *openai.Error
-	if errors.As(err, &apiErr) {
-		var header http.Header
-		if apiErr.Response != nil {
-			header = apiErr.Response.Header
-		}
-		return model.HTTPError(Provider, apiErr.StatusCode, header, apiErr.Message)
-	}
-	return model.StreamError(Provider, err)
-}
-
 // params builds the whole request: no server-side conversation state.
 func (c *Client) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, error) {
 	p := openai.ChatCompletionNewParams{

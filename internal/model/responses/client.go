@@ -7,17 +7,15 @@ package responses
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/stepwise-run/stepwise/internal/model"
+	"github.com/stepwise-run/stepwise/internal/model/openaiapi"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -42,14 +40,7 @@ var _ agent.ModelClient = (*Client)(nil)
 // New returns a client with the SDK's own retries off: the RunModel Step's
 // retry policy decides.
 func New(cfg Config) *Client {
-	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey("")}
-	if cfg.BaseURL != "" {
-		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
-	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
-	}
-	return &Client{cfg: cfg, api: openai.NewClient(opts...)}
+	return &Client{cfg: cfg, api: openaiapi.NewClient(cfg)}
 }
 
 // EstimateInputTokens applies the rule of thumb.
@@ -79,13 +70,9 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 	if err != nil {
 		return agent.ModelResponse{}, err
 	}
-	var opts []option.RequestOption
-	key, ok, err := c.cfg.Key(Provider)
+	opts, err := openaiapi.CallOptions(c.cfg, Provider)
 	if err != nil {
 		return agent.ModelResponse{}, err
-	}
-	if ok {
-		opts = append(opts, option.WithAPIKey(key))
 	}
 	stream := c.api.Responses.NewStreaming(ctx, params, opts...)
 	defer func() { _ = stream.Close() }()
@@ -128,7 +115,7 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return agent.ModelResponse{}, classify(err)
+		return agent.ModelResponse{}, openaiapi.Classify(Provider, err)
 	}
 	if !completed {
 		return agent.ModelResponse{}, &agent.ModelError{Provider: Provider, Retryable: true, Message: "the stream ended before the response completed"}
@@ -164,18 +151,6 @@ func readItem(raw string) ([]agent.OutputItem, error) {
 		return nil, nil
 	}
 	return []agent.OutputItem{item}, nil
-}
-
-func classify(err error) error {
-	var apiErr *openai.Error
-	if errors.As(err, &apiErr) {
-		var header http.Header
-		if apiErr.Response != nil {
-			header = apiErr.Response.Header
-		}
-		return model.HTTPError(Provider, apiErr.StatusCode, header, apiErr.Message)
-	}
-	return model.StreamError(Provider, err)
 }
 
 // params builds the whole request: every item every time, nothing stored.
