@@ -159,10 +159,7 @@ func (r *run) register() error {
 			}},
 	}
 	for _, h := range handlers {
-		opts := workflow.UpdateHandlerOptions{}
-		if h.validator != nil {
-			opts.Validator = h.validator
-		}
+		opts := workflow.UpdateHandlerOptions{Validator: h.validator}
 		if err := workflow.SetUpdateHandlerWithOptions(r.ctx, h.name, h.handler, opts); err != nil {
 			return fmt.Errorf("registering %s: %w", h.name, err)
 		}
