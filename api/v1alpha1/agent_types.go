@@ -29,9 +29,20 @@ type AgentSpec struct {
 	// +kubebuilder:validation:MaxLength=131072
 	Instructions string `json:"instructions,omitempty"`
 
-	// Model selects the model client and the model every model call uses.
+	// Model selects the model client and the model every model call uses,
+	// unless the session settings choose one of ModelChoices.
 	// +required
 	Model ModelSpec `json:"model"`
+
+	// ModelChoices are further models a session may choose with its
+	// settings: {"model": "<choice>"} selects the model of that choice from
+	// the next turn on. Settings only choose among these; they never name an
+	// endpoint or key.
+	// +optional
+	// +listType=map
+	// +listMapKey=choice
+	// +kubebuilder:validation:MaxItems=16
+	ModelChoices []ModelChoice `json:"modelChoices,omitempty"`
 
 	// ToolSources lists the ToolSources, in this namespace, whose tools the
 	// model is offered, in this order, after the worker's function tools and
@@ -149,6 +160,21 @@ type ModelSpec struct {
 	// Settings tune every model call.
 	// +optional
 	Settings *ModelSettings `json:"settings,omitempty"`
+}
+
+// ModelChoice is a model a session may choose by name.
+type ModelChoice struct {
+	// Choice is the value of the "model" session setting that selects this
+	// model.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._:/-]*$`
+	Choice string `json:"choice"`
+
+	// Model selects the model client and model of this choice.
+	// +required
+	Model ModelSpec `json:"model"`
 }
 
 // ReasoningEffort asks a reasoning model for more or less thinking.

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 
+	"github.com/stepwise-run/stepwise/pkg/agent"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -30,6 +31,8 @@ Commands:
   approve <session> <interrupt>       Approve a pending tool call.
   reject <session> <interrupt> [why]  Reject a tool call (the model sees why), or decline a question.
   answer <session> <interrupt> <text> Answer a pending question.
+  settings <session> <json>           Replace the session settings with a JSON object
+                                      ({} clears them); the next turn uses them.
   snapshot <session>                  Print the session's snapshot as JSON.
   messages <session> [before] [limit] Print a page of stored messages as JSON: the newest
                                       (before 0), up to limit (default 50, at most 200).
@@ -143,6 +146,15 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 			return 0, err
 		}
 		ok, err = s.Answer(ctx, args[0], args[1], strings.Join(args[2:], " "))
+	case "settings":
+		if err := need(2, "<session> <json>"); err != nil {
+			return 0, err
+		}
+		var settings agent.SessionSettings
+		if err := json.Unmarshal([]byte(strings.Join(args[1:], " ")), &settings); err != nil || settings == nil {
+			return 0, fmt.Errorf("settings must be a JSON object such as {\"model\":\"large\"}")
+		}
+		ok, err = s.UpdateSettings(ctx, args[0], settings)
 	case "snapshot":
 		if err := need(1, "<session>"); err != nil {
 			return 0, err

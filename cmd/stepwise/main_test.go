@@ -170,6 +170,16 @@ func TestSendStartsATurnAndBlankTextPrintsFalseWithStatus3(t *testing.T) {
 	c.want(false, "send", "s-send", "   ")
 }
 
+func TestSettingsReplacesTheSessionSettings(t *testing.T) {
+	c := newCLI(t, "CLISettings")
+	c.want(true, "start", "s-settings")
+	c.want(true, "settings", "s-settings", `{"model":`, `"large"}`)
+	snap, err := c.sessions.Snapshot(context.Background(), "s-settings")
+	if err != nil || string(snap.SessionSettings) != `{"model":"large"}` {
+		t.Errorf("snapshot settings = %s, %v", snap.SessionSettings, err)
+	}
+}
+
 func TestSnapshotPrintsJSONThatParsesIntoASnapshot(t *testing.T) {
 	c := newCLI(t, "CLISnapshot")
 	c.want(true, "start", "s-snap", "hi")
@@ -323,6 +333,9 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{name: "reject without an interrupt", flowType: "F", args: []string{"reject", "s1"}, want: "reject needs <session> <interrupt>"},
 		{name: "answer without an answer", flowType: "F", args: []string{"answer", "s1", "q1"}, want: "answer needs <session> <interrupt> <answer>"},
 		{name: "snapshot without a session", flowType: "F", args: []string{"snapshot"}, want: "snapshot needs <session>"},
+		{name: "settings without JSON", flowType: "F", args: []string{"settings", "s1"}, want: "settings needs <session> <json>"},
+		{name: "settings that are not an object", flowType: "F", args: []string{"settings", "s1", `["large"]`}, want: "settings must be a JSON object"},
+		{name: "settings that are null", flowType: "F", args: []string{"settings", "s1", "null"}, want: "settings must be a JSON object"},
 		{name: "messages without a session", flowType: "F", args: []string{"messages"}, want: "messages needs <session>"},
 		{name: "messages with a bad before", flowType: "F", args: []string{"messages", "s1", "latest"}, want: `before must be a message sequence, not "latest"`},
 		{name: "messages with a bad limit", flowType: "F", args: []string{"messages", "s1", "0", "ten"}, want: `limit must be a number, not "ten"`},

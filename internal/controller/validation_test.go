@@ -45,6 +45,16 @@ var _ = Describe("API validation", func() {
 		Entry("openai-compatible without a base URL", func(a *agentsv1.Agent) {
 			a.Spec.Model = agentsv1.ModelSpec{Provider: agentsv1.ModelProviderOpenAICompatible, Name: "llama"}
 		}, "spec.model.baseURL", "baseURL is required for provider openai-compatible"),
+		Entry("a model choice on openai-compatible without a base URL", func(a *agentsv1.Agent) {
+			a.Spec.ModelChoices = []agentsv1.ModelChoice{{Choice: "local", Model: agentsv1.ModelSpec{Provider: agentsv1.ModelProviderOpenAICompatible, Name: "llama"}}}
+		}, "spec.modelChoices[0].model.baseURL", "baseURL is required for provider openai-compatible"),
+		Entry("a model choice named with a space", func(a *agentsv1.Agent) {
+			a.Spec.ModelChoices = []agentsv1.ModelChoice{{Choice: "big model", Model: agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"}}}
+		}, "spec.modelChoices[0].choice", "should match"),
+		Entry("two model choices with one name", func(a *agentsv1.Agent) {
+			m := agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"}
+			a.Spec.ModelChoices = []agentsv1.ModelChoice{{Choice: "x", Model: m}, {Choice: "x", Model: m}}
+		}, "spec.modelChoices[1]", "Duplicate value"),
 		Entry("anthropic without a key", func(a *agentsv1.Agent) {
 			a.Spec.Model = agentsv1.ModelSpec{Provider: agentsv1.ModelProviderAnthropic, Name: "claude"}
 		}, "spec.model.apiKeySecretRef", "apiKeySecretRef is required"),

@@ -61,6 +61,10 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	if err := r.register(); err != nil {
 		return err
 	}
+	if err := session.CheckStartSettings(in.Start.Settings); err != nil {
+		// The session never initializes, so a retry could not fix it.
+		return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
+	}
 	if events := r.s.Start(in.Start); len(events) > 0 {
 		r.emit(waitStepID(session.StepStartAgentSession, r.s.Turn.ID, ""), events)
 	}
@@ -116,6 +120,9 @@ func (r *run) register() error {
 				if s.Started && s.StartRequestID != in.RequestID {
 					return temporal.NewNonRetryableApplicationError("the session was started by another start_session call", RejectedErrorType, nil)
 				}
+				if err := session.CheckStartSettings(in.Settings); err != nil {
+					return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
+				}
 				return nil
 			}},
 		{UpdateSendUserMessage,
@@ -156,6 +163,16 @@ func (r *run) register() error {
 			},
 			func(ctx workflow.Context, req session.AnswerRequest) error {
 				return rejected(s.CheckAnswer(req, workflow.Now(ctx)))
+			}},
+		{UpdateSessionSettings,
+			func(ctx workflow.Context, req SettingsRequest) (bool, error) {
+				if err := s.UpdateSettings(req.Settings); err != nil {
+					return false, rejected(err)
+				}
+				return true, nil
+			},
+			func(ctx workflow.Context, req SettingsRequest) error {
+				return rejected(s.CheckSettingsUpdate(req.Settings))
 			}},
 	}
 	for _, h := range handlers {

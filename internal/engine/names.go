@@ -7,6 +7,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -21,6 +22,7 @@ const (
 	UpdateSendUserMessage  = "send_user_message"
 	UpdateResolveInterrupt = "resolve_interrupt"
 	UpdateAnswerQuestion   = "answer_question"
+	UpdateSessionSettings  = "update_session_settings"
 	QuerySnapshot          = "get_agent_snapshot"
 	QueryListMessages      = "list_agent_messages"
 	// queryTurnContext is how a RunModel attempt loads committed state, so
@@ -69,6 +71,12 @@ const (
 	// registered.
 	StepSearchDisabled StepSearchMode = "disabled"
 )
+
+// SettingsRequest is update_session_settings' input: the settings that
+// replace the stored ones, a JSON object.
+type SettingsRequest struct {
+	Settings json.RawMessage `json:"settings"`
+}
 
 // SendRequest is send_user_message's input.
 type SendRequest struct {

@@ -19,6 +19,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -118,7 +119,7 @@ func (f *fakeProvider) lastIsToolResult(body []byte) bool {
 
 // renderedConfig renders the worker configuration the operator would give
 // an Agent on this provider.
-func renderedConfig(t *testing.T, s *Stack, provider agentsv1.ModelProvider, baseURL string) {
+func renderedConfig(t *testing.T, s *Stack, provider agentsv1.ModelProvider, baseURL string, mutate ...func(*agentsv1.Agent)) {
 	t.Helper()
 	agent := &agentsv1.Agent{
 		ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: "team", UID: "uid-1"},
@@ -128,6 +129,9 @@ func renderedConfig(t *testing.T, s *Stack, provider agentsv1.ModelProvider, bas
 				APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "model-key", Key: "api-key"}},
 			BuiltInTools: []agentsv1.BuiltInTool{"durable_wait"},
 		},
+	}
+	for _, m := range mutate {
+		m(agent)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "model-key", Namespace: "team"}, Data: map[string][]byte{"api-key": []byte(providerKey)}}
 	resolved, blocker := render.Resolve(agent, render.Observed{Secrets: map[string]*corev1.Secret{"model-key": secret}},
@@ -231,5 +235,60 @@ func TestTwoTurnsWithToolCallsAgainstEachProvidersWireFormat(t *testing.T) {
 				t.Errorf("the worker's events show no usage: %s", events)
 			}
 		})
+	}
+}
+
+// TestSessionSettingsChooseAmongTheStockWorkersModels runs the stock worker
+// with an Agent whose sessions may choose an Anthropic model by settings,
+// beside its default OpenAI model, each behind its own wire format.
+func TestSessionSettingsChooseAmongTheStockWorkersModels(t *testing.T) {
+	openai := &fakeProvider{t: t, provider: agentsv1.ModelProviderOpenAI}
+	anthropic := &fakeProvider{t: t, provider: agentsv1.ModelProviderAnthropic}
+	openaiServer := httptest.NewServer(http.HandlerFunc(openai.serve))
+	defer openaiServer.Close()
+	anthropicServer := httptest.NewServer(http.HandlerFunc(anthropic.serve))
+	defer anthropicServer.Close()
+	s := NewStack(t, "ProviderChoice")
+	renderedConfig(t, s, agentsv1.ModelProviderOpenAI, openaiServer.URL+"/v1", func(a *agentsv1.Agent) {
+		a.Spec.ModelChoices = []agentsv1.ModelChoice{{Choice: "claude", Model: agentsv1.ModelSpec{
+			Provider: agentsv1.ModelProviderAnthropic, Name: "claude-x", BaseURL: anthropicServer.URL,
+			APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "model-key", Key: "api-key"},
+		}}}
+	})
+	s.StartWorker()
+	sessions := client.New(s.Client, s.FlowType, "")
+	ctx := context.Background()
+
+	if ok, err := sessions.Start(ctx, "s1", "wait please", client.WithSettings(agent.SessionSettings{"model": "claude"})); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "waited 2" {
+		t.Fatalf("turn 1 answer = %q", answer)
+	}
+	if ok, err := sessions.UpdateSettings(ctx, "s1", agent.SessionSettings{}); !ok || err != nil {
+		t.Fatalf("UpdateSettings = %v, %v", ok, err)
+	}
+	if ok, err := sessions.Send(ctx, "s1", "again"); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	if answer := lastAnswer(t, sessions, "s1", 2); answer != "waited 2" {
+		t.Fatalf("turn 2 answer = %q", answer)
+	}
+	anthropic.mu.Lock()
+	openai.mu.Lock()
+	defer anthropic.mu.Unlock()
+	defer openai.mu.Unlock()
+	if len(anthropic.requests) != 2 || len(openai.requests) != 2 {
+		t.Fatalf("requests: anthropic %d, openai %d; want turn 1's two on the chosen model and turn 2's two on the default",
+			len(anthropic.requests), len(openai.requests))
+	}
+	if !strings.Contains(anthropic.requests[0], `"model":"claude-x"`) {
+		t.Errorf("the chosen model's request names another model: %s", anthropic.requests[0])
+	}
+	// The default model sees the chosen model's turn as text and tool
+	// calls, without its thinking.
+	first := openai.requests[0]
+	if !strings.Contains(first, "waited 2") || strings.Contains(first, "sig-") || !strings.Contains(first, `"model":"model-x"`) {
+		t.Errorf("turn 2's first request does not replay turn 1 provider-neutrally: %s", first)
 	}
 }

@@ -80,17 +80,32 @@ func (r *Runner) Request(turn session.TurnContext) agent.ModelRequest {
 
 // RunModelStep makes one model call.
 func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (session.ModelOutcome, error) {
+	settings, err := agent.DecodeSessionSettings(turn.Settings)
+	if err != nil {
+		return session.ModelOutcome{}, err
+	}
+	model, err := r.def.ChooseModel(settings)
+	if err != nil {
+		// The turn's settings cannot change, so a retry would fail the same
+		// way.
+		return session.ModelOutcome{
+			Kind: session.OutcomeTurnCompleted, Options: r.options(),
+			TurnError: "choosing the model: " + err.Error(),
+		}, nil
+	}
 	req := r.Request(turn)
+	req.Settings = model.Settings
 	if r.def.InstructionsFunc != nil {
 		instructions, err := r.def.InstructionsFunc(agent.InstructionContext{
 			SessionID: turn.SessionID, TurnID: turn.TurnID, ModelCalls: turn.ModelCalls, Attempt: turn.Attempt,
+			Settings: settings,
 		})
 		if err != nil {
 			return session.ModelOutcome{}, fmt.Errorf("computing the instructions: %w", err)
 		}
 		req.Instructions = instructions
 	}
-	resp, err := r.def.Model.CallModel(ctx, req, deltaWriter{turn.Events})
+	resp, err := model.Client.CallModel(ctx, req, deltaWriter{turn.Events})
 	if err != nil {
 		return session.ModelOutcome{}, err
 	}

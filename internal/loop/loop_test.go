@@ -554,3 +554,72 @@ func TestInstructionsFuncIsEvaluatedInEveryModelCall(t *testing.T) {
 		t.Error("a model call was made without instructions")
 	}
 }
+
+func TestRunModelStepChoosesTheModelBySessionSettings(t *testing.T) {
+	var seen []agent.ModelSettings
+	answering := func(text string) agent.ModelClient {
+		return agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+			seen = append(seen, req.Settings)
+			return agent.ScriptedReply{Text: text}, nil
+		})
+	}
+	choices := agent.ModelChoices{
+		Default: agent.ModelChoice{Client: answering("small"), Settings: agent.ModelSettings{MaxOutputTokens: 100}},
+		Named: map[string]agent.ModelChoice{
+			"large": {Client: answering("large"), Settings: agent.ModelSettings{ReasoningEffort: "high"}},
+		},
+	}
+	var instructionSettings []agent.SessionSettings
+	r := newRunner(t, agent.Definition{
+		Model: answering("unused"), ResolveModel: choices.Resolve,
+		InstructionsFunc: func(c agent.InstructionContext) (string, error) {
+			instructionSettings = append(instructionSettings, c.Settings)
+			return "Help.", nil
+		},
+	})
+	cases := []struct {
+		name         string
+		settings     string
+		wantText     string
+		wantSettings agent.ModelSettings
+		wantErr      string
+	}{
+		{"no settings", "", "small", agent.ModelSettings{MaxOutputTokens: 100}, ""},
+		{"no model setting", `{"tone":"brief"}`, "small", agent.ModelSettings{MaxOutputTokens: 100}, ""},
+		{"a named model", `{"model":"large"}`, "large", agent.ModelSettings{ReasoningEffort: "high"}, ""},
+		{"an unknown model", `{"model":"sk-secret-looking-value"}`, "", agent.ModelSettings{},
+			`choosing the model: session setting "model" names a model this agent does not offer; it offers: large`},
+		{"a model that is not a string", `{"model":7}`, "", agent.ModelSettings{},
+			`choosing the model: session setting "model" must be a string naming one of: large`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seen, instructionSettings = nil, nil
+			turn := userTurn("hi")
+			turn.Settings = json.RawMessage(c.settings)
+			out, err := r.RunModelStep(context.Background(), turn)
+			if err != nil {
+				t.Fatalf("RunModelStep: %v", err)
+			}
+			if c.wantErr != "" {
+				if out.Kind != session.OutcomeTurnCompleted || out.TurnError != c.wantErr || len(out.NewMessages) != 0 || len(seen) != 0 {
+					t.Errorf("outcome = %+v after %d calls; want turn error %q and no call", out, len(seen), c.wantErr)
+				}
+				if strings.Contains(out.TurnError, "sk-secret") {
+					t.Errorf("the turn error repeats the settings: %q", out.TurnError)
+				}
+				return
+			}
+			if len(out.NewMessages) != 1 || out.NewMessages[0].Text != c.wantText {
+				t.Fatalf("answer = %+v, want %q", out.NewMessages, c.wantText)
+			}
+			if len(seen) != 1 || seen[0] != c.wantSettings {
+				t.Errorf("model settings = %+v, want %+v", seen, c.wantSettings)
+			}
+			want, _ := agent.DecodeSessionSettings(json.RawMessage(c.settings))
+			if len(instructionSettings) != 1 || fmt.Sprint(instructionSettings[0]) != fmt.Sprint(want) {
+				t.Errorf("instructions saw settings %v, want %v", instructionSettings, want)
+			}
+		})
+	}
+}

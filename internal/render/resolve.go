@@ -292,6 +292,9 @@ func MediaStoreSecretUses(ms *agentsv1.MediaStore, fieldPrefix string) []SecretU
 func AgentSecretUses(agent *agentsv1.Agent, engine *agentsv1.EngineSpec) []SecretUse {
 	spec := agent.Spec
 	uses := keyUse("spec.model.apiKeySecretRef", spec.Model.APIKeySecretRef)
+	for _, mc := range spec.ModelChoices {
+		uses = append(uses, keyUse(fmt.Sprintf("spec.modelChoices[%s].model.apiKeySecretRef", mc.Choice), mc.Model.APIKeySecretRef)...)
+	}
 	if engine != nil {
 		field := engineField(agent)
 		uses = append(uses, keyUse(field+".apiKeySecretRef", engine.APIKeySecretRef)...)

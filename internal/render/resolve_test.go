@@ -196,6 +196,14 @@ func TestResolveBlockers(t *testing.T) {
 			wantReason: agentsv1.ReasonSecretKeyNotFound, wantMessage: `spec.model.apiKeySecretRef: Secret "openai" has no key "api-key"`,
 		},
 		{
+			name: "a missing model choice key Secret",
+			agent: testAgent(func(a *agentsv1.Agent) {
+				a.Spec.ModelChoices = []agentsv1.ModelChoice{{Choice: "large", Model: agentsv1.ModelSpec{
+					Provider: agentsv1.ModelProviderOpenAI, Name: "gpt-x", APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "large", Key: "key"}}}}
+			}),
+			wantReason: agentsv1.ReasonSecretNotFound, wantMessage: `spec.modelChoices[large].model.apiKeySecretRef: Secret "large" does not exist`,
+		},
+		{
 			name:  "a ToolSource header Secret that is missing",
 			agent: testAgent(withToolSources("tickets")),
 			observed: observed(readyToolSource("tickets", func(ts *agentsv1.ToolSource) {

@@ -308,6 +308,10 @@ func workerConfig(r *Resolved, envs secretEnvs) workerconfig.Config {
 			cfg.Engine.TLS.KeyFile = EngineTLSDir + "/" + TLSPrivateKeyKey
 		}
 	}
+	for _, mc := range spec.ModelChoices {
+		cfg.Definition.ModelChoices = append(cfg.Definition.ModelChoices,
+			workerconfig.ModelChoice{Choice: mc.Choice, Model: model(mc.Model, envs)})
+	}
 	for _, p := range spec.ToolPolicies {
 		cfg.Definition.ToolPolicies = append(cfg.Definition.ToolPolicies,
 			workerconfig.ToolPolicy{Name: p.Name, Effect: string(p.Effect), RequiresApproval: p.RequiresApproval})

@@ -53,6 +53,11 @@ func TestRenderWorkerConfig(t *testing.T) {
 			a.Spec.Limits = &agentsv1.LimitsSpec{InterruptDeadline: &metav1.Duration{Duration: time.Hour},
 				EventStreamCapacity: new(resource.MustParse("1Mi"))}
 			a.Spec.Workers = &agentsv1.WorkersSpec{TaskSlots: 40}
+			a.Spec.ModelChoices = []agentsv1.ModelChoice{{Choice: "claude", Model: agentsv1.ModelSpec{
+				Provider: agentsv1.ModelProviderAnthropic, Name: "claude-x",
+				APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "anthropic", Key: "key"},
+				Settings:        &agentsv1.ModelSettings{ReasoningEffort: "high"},
+			}}}
 		})
 	tickets := readyToolSource("tickets", func(ts *agentsv1.ToolSource) {
 		ts.Spec.SourceName = "crm"
@@ -64,9 +69,10 @@ func TestRenderWorkerConfig(t *testing.T) {
 			}}}
 	})
 	w := render(t, agent, observed(readyToolSource("files"), tickets, readyMediaStore("media"),
-		secret("openai", map[string]string{"api-key": "sk-live"}), secret("crm", map[string]string{"token": "Bearer t"})))
+		secret("openai", map[string]string{"api-key": "sk-live"}), secret("crm", map[string]string{"token": "Bearer t"}),
+		secret("anthropic", map[string]string{"key": "sk-ant"})))
 
-	if strings.Contains(string(w.ConfigDocument), "sk-live") || strings.Contains(string(w.ConfigDocument), "Bearer t") {
+	if doc := string(w.ConfigDocument); strings.Contains(doc, "sk-live") || strings.Contains(doc, "Bearer t") || strings.Contains(doc, "sk-ant") {
 		t.Fatal("the config document holds a Secret value")
 	}
 	cfg, err := workerconfig.Decode(w.ConfigDocument)
@@ -98,6 +104,9 @@ func TestRenderWorkerConfig(t *testing.T) {
 		{"inline header", cfg.ToolSources[1].StreamableHTTP.Headers[0].Value, "support"},
 		{"secret header by env", cfg.ToolSources[1].StreamableHTTP.Headers[1].FromEnv.Env, SecretEnvName("crm", "token")},
 		{"model key by env", cfg.Definition.Model.APIKey.Env, SecretEnvName("openai", "api-key")},
+		{"model choice", cfg.Definition.ModelChoices[0].Choice + " " + cfg.Definition.ModelChoices[0].Model.Provider + " " +
+			cfg.Definition.ModelChoices[0].Model.Name + " " + cfg.Definition.ModelChoices[0].Model.ReasoningEffort, "claude anthropic claude-x high"},
+		{"model choice key by env", cfg.Definition.ModelChoices[0].Model.APIKey.Env, SecretEnvName("anthropic", "key")},
 		{"store URI", cfg.MediaStore.StoreURI, "file:///media"},
 	}
 	for _, c := range checks {
@@ -107,7 +116,7 @@ func TestRenderWorkerConfig(t *testing.T) {
 	}
 
 	// The pod name comes first, then the Secret variables in name order.
-	secretEnv := []string{SecretEnvName("crm", "token"), SecretEnvName("openai", "api-key")}
+	secretEnv := []string{SecretEnvName("crm", "token"), SecretEnvName("openai", "api-key"), SecretEnvName("anthropic", "key")}
 	slices.Sort(secretEnv)
 	wantEnv := append([]string{EnvPodName}, secretEnv...)
 	if env := envNames(w.Deployment.Spec.Template.Spec.Containers[0].Env); !slices.Equal(env, wantEnv) {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -154,7 +155,10 @@ type Turn struct {
 	ToolCalls []*ToolCallRecord `json:"toolCalls,omitempty"`
 	// Options are the session options the last RunModel worked with.
 	Options TurnOptions `json:"options"`
-	Usage   agent.Usage `json:"usage"`
+	// Settings are the session settings the turn started with; its model
+	// calls read only this copy, so an update never changes a running turn.
+	Settings json.RawMessage `json:"settings,omitempty"`
+	Usage    agent.Usage     `json:"usage"`
 }
 
 // TurnOptions are the session options a RunModel Step worked with, recorded

@@ -33,6 +33,9 @@ type TurnContext struct {
 	RunState string `json:"runState,omitempty"`
 	// ToolCalls are the turn's final records.
 	ToolCalls []ToolCallRecord `json:"toolCalls,omitempty"`
+	// Settings are the session settings the turn started with, as a JSON
+	// object; nil when there are none.
+	Settings json.RawMessage `json:"settings,omitempty"`
 	// Events writes the Step's events; set by the engine binding.
 	Events EventWriter `json:"-"`
 	// Heartbeat records liveness; set by the engine binding.

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"encoding/json"
+
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -31,6 +33,9 @@ type Snapshot struct {
 	// turn.
 	QueuedMessageCount int           `json:"queuedMessageCount"`
 	QueuedMessages     []UserMessage `json:"queuedMessages"`
+	// SessionSettings are the settings the next turn starts with, not
+	// necessarily the running turn's.
+	SessionSettings json.RawMessage `json:"sessionSettings"`
 }
 
 // Snapshot returns the session as a UI shows it: the state, the last 200
@@ -43,6 +48,10 @@ func (s *State) Snapshot() Snapshot {
 		ToolCalls:         []ToolCallRecord{},
 		Usage:             s.Usage,
 		QueuedMessages:    append([]UserMessage{}, s.Queued...),
+		SessionSettings:   json.RawMessage("{}"),
+	}
+	if len(s.Settings) > 0 {
+		snap.SessionSettings = append(json.RawMessage(nil), s.Settings...)
 	}
 	snap.QueuedMessageCount = len(snap.QueuedMessages)
 	if !s.Started {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +34,9 @@ type State struct {
 	// LastTurnError is set when a turn fails and cleared when a later turn
 	// completes.
 	LastTurnError string `json:"lastTurnError,omitempty"`
+	// Settings are the session settings the next turn starts with, as
+	// compact JSON; nil when there are none.
+	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
 // Rejection is the reason an RPC returns false. Nothing changed.
@@ -52,6 +56,9 @@ type StartInput struct {
 	RequestID string `json:"requestId"`
 	// InitialMessage, when not blank, starts the first turn.
 	InitialMessage string `json:"initialMessage,omitempty"`
+	// Settings are the session settings, a JSON object; CheckStartSettings
+	// must accept them before Start.
+	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
 // NewState returns the state of a session that has not started.
@@ -66,6 +73,9 @@ func (s *State) Start(in StartInput) []Event {
 	s.StartRequestID = in.RequestID
 	s.Status = StatusWaitingForUserMessage
 	s.Mode = ModeChat
+	if len(in.Settings) > 0 {
+		s.Settings, _ = normalizeSettings(in.Settings)
+	}
 	if strings.TrimSpace(in.InitialMessage) == "" {
 		return nil
 	}
@@ -115,7 +125,10 @@ func (s *State) BeginTurn() []Event {
 	msg := s.Queued[0]
 	s.Queued = s.Queued[1:]
 	s.TurnCount++
-	turn := &Turn{ID: fmt.Sprintf("turn-%d", s.TurnCount), Number: s.TurnCount, Mode: ModeChat, FirstSequence: s.NextSequence}
+	turn := &Turn{
+		ID: fmt.Sprintf("turn-%d", s.TurnCount), Number: s.TurnCount, Mode: ModeChat,
+		FirstSequence: s.NextSequence, Settings: s.Settings,
+	}
 	s.Turn = turn
 	s.Status = StatusRunningModel
 	s.Mode = turn.Mode
@@ -144,6 +157,7 @@ func (s *State) TurnContext(turnID string) (TurnContext, error) {
 	tc := TurnContext{
 		SessionID: s.SessionID, TurnID: turnID, Mode: s.Turn.Mode,
 		Messages: s.Messages, ModelCalls: s.Turn.ModelCalls, RunState: s.Turn.RunState,
+		Settings: s.Turn.Settings,
 	}
 	for _, r := range s.Turn.ToolCalls {
 		tc.ToolCalls = append(tc.ToolCalls, *r)

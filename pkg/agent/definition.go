@@ -22,6 +22,11 @@ type Definition struct {
 	Model ModelClient
 	// ModelSettings tune every model call.
 	ModelSettings ModelSettings
+	// ResolveModel, when set, chooses the model of each model call from the
+	// turn's session settings, among clients the worker built: Model and
+	// ModelSettings serve only when it is nil. An error it returns fails the
+	// turn without a retry, because the turn's settings cannot change.
+	ResolveModel func(SessionSettings) (ModelChoice, error)
 	// Tools are the function tools.
 	Tools []Tool
 	// ToolPolicies override a tool's effect class and approval by name.
@@ -52,6 +57,8 @@ type InstructionContext struct {
 	ModelCalls int
 	// Attempt is the one-based RunModel attempt.
 	Attempt int
+	// Settings are the turn's session settings.
+	Settings SessionSettings
 }
 
 // Defaults of a definition, as the seed's session options set them.
@@ -133,6 +140,22 @@ func (d Definition) ResolvePolicy(name string, frameworkEffect Effect) Policy {
 		}
 	}
 	return Policy{Effect: effect}
+}
+
+// ChooseModel returns the model of a model call with these session
+// settings.
+func (d Definition) ChooseModel(s SessionSettings) (ModelChoice, error) {
+	if d.ResolveModel == nil {
+		return ModelChoice{Client: d.Model, Settings: d.ModelSettings}, nil
+	}
+	c, err := d.ResolveModel(s)
+	if err != nil {
+		return ModelChoice{}, err
+	}
+	if c.Client == nil {
+		return ModelChoice{}, errors.New("the model resolver chose no model client")
+	}
+	return c, nil
 }
 
 // Tool returns the function tool of that name.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // The session types the client returns.
@@ -74,6 +76,14 @@ type StartOption func(*startOptions)
 type startOptions struct {
 	requestID  string
 	stepSearch engine.StepSearchMode
+	settings   agent.SessionSettings
+}
+
+// WithSettings starts the session with session settings, which its first
+// turn uses. Start refuses settings beyond agent.MaxSessionSettingsBytes
+// before it sends anything.
+func WithSettings(settings agent.SessionSettings) StartOption {
+	return func(o *startOptions) { o.settings = settings }
 }
 
 // WithRequestID names the start call, so a caller that retries Start after
@@ -99,6 +109,13 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 		opt(&o)
 	}
 	in := session.StartInput{RequestID: o.requestID, InitialMessage: initialMessage}
+	if o.settings != nil {
+		raw, err := checkedSettings(o.settings)
+		if err != nil {
+			return false, fmt.Errorf("starting session %s: %w", sessionID, err)
+		}
+		in.Settings = raw
+	}
 	start := s.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: sessionID, TaskQueue: s.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -152,6 +169,25 @@ func (s *Sessions) Reject(ctx context.Context, sessionID, interruptID, message s
 // an answer outside the choices, or a question no longer pending.
 func (s *Sessions) Answer(ctx context.Context, sessionID, interruptID, answer string) (bool, error) {
 	return s.update(ctx, sessionID, engine.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: interruptID, Answer: answer})
+}
+
+// UpdateSettings replaces the session settings as a whole; empty settings
+// clear them. The next turn starts with them, while a running turn keeps
+// its own. It refuses settings beyond agent.MaxSessionSettingsBytes before it
+// sends anything, and reports false before the session started.
+func (s *Sessions) UpdateSettings(ctx context.Context, sessionID string, settings agent.SessionSettings) (bool, error) {
+	raw, err := checkedSettings(settings)
+	if err != nil {
+		return false, fmt.Errorf("%s on session %s: %w", engine.UpdateSessionSettings, sessionID, err)
+	}
+	return s.update(ctx, sessionID, engine.UpdateSessionSettings, engine.SettingsRequest{Settings: raw})
+}
+
+func checkedSettings(settings agent.SessionSettings) (json.RawMessage, error) {
+	if err := agent.ValidateSessionSettings(settings); err != nil {
+		return nil, err
+	}
+	return agent.EncodeSessionSettings(settings)
 }
 
 // update runs an RPC; a refusal is false with no error.

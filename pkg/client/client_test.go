@@ -2,12 +2,18 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	tclient "go.temporal.io/sdk/client"
 
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
+	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -81,5 +87,126 @@ func TestStartIsTrueOnlyForTheCallThatStartedTheSession(t *testing.T) {
 	}
 	if fields := desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields(); fields[engine.ActiveStepsAttribute] != nil {
 		t.Errorf("a session started without step search has %s = %v", engine.ActiveStepsAttribute, fields[engine.ActiveStepsAttribute])
+	}
+}
+
+// TestSessionSettingsChooseTheModelOfTheNextTurn changes the settings while
+// a turn waits for an approval: the running turn keeps its model, the next
+// turn uses the new one.
+func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
+	server := enginetest.StartDevServer(t)
+	c := server.Client()
+	answering := func(name string) agent.ModelClient {
+		return agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+			last := req.Input[len(req.Input)-1]
+			if last.Role == agent.RoleUser && last.Text == "hold" {
+				return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "h1", Name: "hold"}}}, nil
+			}
+			return agent.ScriptedReply{Text: name + " answers"}, nil
+		})
+	}
+	hold, err := agent.NewTool("hold", "Needs an approval.", agent.EffectNonIdempotentWrite,
+		func(context.Context, agent.ToolContext, struct{}) (string, error) { return "held", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	choices := agent.ModelChoices{
+		Default: agent.ModelChoice{Client: answering("default")},
+		Named:   map[string]agent.ModelChoice{"small": {Client: answering("small")}, "large": {Client: answering("large")}},
+	}
+	runner, err := loop.New(agent.Definition{Name: "demo", Model: choices.Default.Client, ResolveModel: choices.Resolve, Tools: []agent.Tool{hold}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Settings", TaskQueue: client.TaskQueue("Settings"), TaskSlots: 4, Runner: runner})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	s := client.New(c, "Settings", "")
+	ctx := context.Background()
+
+	if ok, err := s.UpdateSettings(ctx, "never-started", agent.SessionSettings{"model": "large"}); ok || err == nil {
+		t.Errorf("UpdateSettings of a session that does not exist = %v, %v; want an error", ok, err)
+	}
+	huge := agent.SessionSettings{"note": strings.Repeat("x", agent.MaxSessionSettingsBytes)}
+	if ok, err := s.Start(ctx, "too-big", "hi", client.WithSettings(huge)); ok || err == nil || !strings.Contains(err.Error(), "more than the limit of 16384") {
+		t.Errorf("Start with oversized settings = %v, %v; want an error naming the limit", ok, err)
+	}
+
+	if ok, err := s.Start(ctx, "s1", "hold", client.WithSettings(agent.SessionSettings{"model": "small"})); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	enginetest.Eventually(t, time.Minute, "the approval", func() (bool, error) {
+		snap, err := s.Snapshot(ctx, "s1")
+		return err == nil && len(snap.PendingInterrupts) == 1, err
+	})
+	if ok, err := s.UpdateSettings(ctx, "s1", agent.SessionSettings{"model": "large"}); !ok || err != nil {
+		t.Fatalf("UpdateSettings = %v, %v", ok, err)
+	}
+	if ok, err := s.UpdateSettings(ctx, "s1", huge); ok || err == nil {
+		t.Errorf("UpdateSettings with oversized settings = %v, %v; want an error", ok, err)
+	}
+	snap, err := s.Snapshot(ctx, "s1")
+	if err != nil || string(snap.SessionSettings) != `{"model":"large"}` {
+		t.Fatalf("snapshot settings = %s, %v", snap.SessionSettings, err)
+	}
+	if ok, err := s.Approve(ctx, "s1", "h1"); !ok || err != nil {
+		t.Fatalf("Approve = %v, %v", ok, err)
+	}
+	if ok, err := s.Send(ctx, "s1", "next"); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	enginetest.Eventually(t, time.Minute, "two turns", func() (bool, error) {
+		snap, err = s.Snapshot(ctx, "s1")
+		return err == nil && snap.State.TurnCount == 2 && snap.State.ActiveTurnID == "", err
+	})
+	var answers []string
+	for _, m := range snap.Messages {
+		if m.Role == agent.RoleAssistant && m.Text != "" {
+			answers = append(answers, m.TurnID+": "+m.Text)
+		}
+	}
+	if want := []string{"turn-1: small answers", "turn-2: large answers"}; !slices.Equal(answers, want) {
+		t.Errorf("answers = %v, want %v", answers, want)
+	}
+
+	// A model the settings name but the worker never built fails the turn
+	// with an error that does not repeat the settings.
+	if ok, err := s.UpdateSettings(ctx, "s1", agent.SessionSettings{"model": "https://evil.example/v1"}); !ok || err != nil {
+		t.Fatalf("UpdateSettings = %v, %v", ok, err)
+	}
+	if ok, err := s.Send(ctx, "s1", "third"); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	enginetest.Eventually(t, time.Minute, "the third turn's failure", func() (bool, error) {
+		snap, err = s.Snapshot(ctx, "s1")
+		return err == nil && snap.State.TurnCount == 3 && snap.State.ActiveTurnID == "", err
+	})
+	if want := `choosing the model: session setting "model" names a model this agent does not offer; it offers: large, small`; snap.State.LastTurnError != want {
+		t.Errorf("last turn error = %q, want %q", snap.State.LastTurnError, want)
+	}
+
+	// Settings that bypass the client's check are refused by the session.
+	handle, err := c.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+		WorkflowID: "s1", UpdateName: engine.UpdateSessionSettings, WaitForStage: tclient.WorkflowUpdateStageCompleted,
+		Args: []any{engine.SettingsRequest{Settings: json.RawMessage(`["large"]`)}},
+	})
+	if err == nil {
+		err = handle.Get(ctx, nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "session settings must be a JSON object") {
+		t.Errorf("update with an array = %v, want a refusal", err)
+	}
+
+	// A session started around the client with settings that are not an
+	// object fails at once, without a retry.
+	run, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "bad-start", TaskQueue: client.TaskQueue("Settings")}, "Settings",
+		engine.SessionInput{Start: session.StartInput{RequestID: "r", Settings: json.RawMessage(`"large"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), session.InvalidStartSettingsReason+": session settings must be a JSON object") {
+		t.Errorf("the session's end = %v, want the invalid settings reason", err)
 	}
 }

@@ -103,28 +103,26 @@ func main(opts Options) int {
 // image's own tools.
 func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error) {
 	d := cfg.Definition
-	var model agent.ModelClient
-	var err error
-	if opts.Model != nil {
-		if model, err = opts.Model(d.Model); err != nil {
-			return agent.Definition{}, fmt.Errorf("definition.model: %w", err)
-		}
-	}
-	if model == nil {
-		if model, err = Model(d.Model, opts.Scripts); err != nil {
-			return agent.Definition{}, err
-		}
-	}
 	def := agent.Definition{
-		Name: d.Name, Instructions: d.Instructions, Model: model, Tools: opts.Tools,
+		Name: d.Name, Instructions: d.Instructions, Tools: opts.Tools,
 		MaxModelCallsPerTurn: int(d.Limits.MaxModelCallsPerTurn),
 		InterruptDeadline:    d.Limits.InterruptDeadline.Duration,
 		MaxDurableWait:       d.Limits.MaxDurableWait.Duration,
 	}
-	if d.Model.MaxOutputTokens != nil {
-		def.ModelSettings.MaxOutputTokens = int64(*d.Model.MaxOutputTokens)
+	choice, err := modelChoice("definition.model", d.Model, opts)
+	if err != nil {
+		return agent.Definition{}, err
 	}
-	def.ModelSettings.ReasoningEffort = d.Model.ReasoningEffort
+	def.Model, def.ModelSettings = choice.Client, choice.Settings
+	if len(d.ModelChoices) > 0 {
+		choices := agent.ModelChoices{Default: choice, Named: map[string]agent.ModelChoice{}}
+		for _, mc := range d.ModelChoices {
+			if choices.Named[mc.Choice], err = modelChoice(fmt.Sprintf("definition.modelChoices[%s].model", mc.Choice), mc.Model, opts); err != nil {
+				return agent.Definition{}, err
+			}
+		}
+		def.ResolveModel = choices.Resolve
+	}
 	if d.DefaultToolEffect != "" {
 		if def.DefaultToolEffect, err = agent.ParseEffect(d.DefaultToolEffect); err != nil {
 			return agent.Definition{}, fmt.Errorf("definition.defaultToolEffect: %w", err)
@@ -172,10 +170,36 @@ func Timings(cfg workerconfig.Config, def agent.Definition) engine.Timings {
 	return t
 }
 
+// modelChoice builds one configured model with its settings: the image's
+// own client when it brings one, else a built-in client.
+func modelChoice(field string, m workerconfig.Model, opts Options) (agent.ModelChoice, error) {
+	var out agent.ModelChoice
+	var err error
+	if opts.Model != nil {
+		if out.Client, err = opts.Model(m); err != nil {
+			return agent.ModelChoice{}, fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	if out.Client == nil {
+		if out.Client, err = model(field, m, opts.Scripts); err != nil {
+			return agent.ModelChoice{}, err
+		}
+	}
+	if m.MaxOutputTokens != nil {
+		out.Settings.MaxOutputTokens = int64(*m.MaxOutputTokens)
+	}
+	out.Settings.ReasoningEffort = m.ReasoningEffort
+	return out, nil
+}
+
 // Model returns the model client the configuration selects. Only clients
 // this worker carries are built; a provider it lacks is an error that names
 // it.
 func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelClient, error) {
+	return model("definition.model", m, scripts)
+}
+
+func model(field string, m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelClient, error) {
 	switch m.Provider {
 	case agent.ScriptedProvider:
 		if m.Name == "demo" {
@@ -184,31 +208,31 @@ func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelCl
 		if script, ok := scripts[m.Name]; ok {
 			return agent.NewScriptedModel(script), nil
 		}
-		return nil, fmt.Errorf("definition.model.name: this worker has no script named %q; it has \"demo\"%s", m.Name, scriptNames(scripts))
+		return nil, fmt.Errorf("%s.name: this worker has no script named %q; it has \"demo\"%s", field, m.Name, scriptNames(scripts))
 	case messages.Provider:
-		return messages.New(messages.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
+		return messages.New(messages.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(field, m.APIKey)}), nil
 	case responses.Provider:
-		return responses.New(responses.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
+		return responses.New(responses.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(field, m.APIKey)}), nil
 	case chatcompletions.Provider:
 		if m.BaseURL == "" {
-			return nil, errors.New("definition.model.baseURL is required for an openai-compatible model")
+			return nil, fmt.Errorf("%s.baseURL is required for an openai-compatible model", field)
 		}
-		return chatcompletions.New(chatcompletions.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(m.APIKey)}), nil
+		return chatcompletions.New(chatcompletions.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(field, m.APIKey)}), nil
 	default:
-		return nil, fmt.Errorf("definition.model.provider: this worker has no %q model client; it has openai, openai-compatible, anthropic and scripted", m.Provider)
+		return nil, fmt.Errorf("%s.provider: this worker has no %q model client; it has openai, openai-compatible, anthropic and scripted", field, m.Provider)
 	}
 }
 
 // keyFrom reads a model key from the worker's environment at each call, so
 // a rotated Secret is read after the rollout it causes; nil sends no key.
-func keyFrom(ref *workerconfig.SecretEnv) func() (string, error) {
+func keyFrom(field string, ref *workerconfig.SecretEnv) func() (string, error) {
 	if ref == nil {
 		return nil
 	}
 	return func() (string, error) {
 		key, err := ref.Lookup()
 		if err != nil {
-			return "", fmt.Errorf("definition.model.apiKey: %w", err)
+			return "", fmt.Errorf("%s.apiKey: %w", field, err)
 		}
 		return key, nil
 	}

@@ -200,6 +200,13 @@ func TestDefinitionRefuses(t *testing.T) {
 			},
 			want: []string{"definition.model.provider", `"mistral"`},
 		},
+		{
+			name: "a model choice this worker cannot build",
+			mutate: func(c *workerconfig.Config) {
+				c.Definition.ModelChoices = []workerconfig.ModelChoice{{Choice: "large", Model: workerconfig.Model{Provider: "scripted", Name: "nope"}}}
+			},
+			want: []string{"definition.modelChoices[large].model.name", `"nope"`},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,6 +234,46 @@ func TestDefinitionAllowsAFunctionToolNamedLikeADisabledBuiltInTool(t *testing.T
 	}
 	if _, ok := def.Tool("ask_user"); !ok {
 		t.Error("the function tool ask_user is missing from the definition")
+	}
+}
+
+func TestDefinitionLetsSessionSettingsChooseAModel(t *testing.T) {
+	cfg := demoConfig()
+	tokens := int32(50)
+	cfg.Definition.ModelChoices = []workerconfig.ModelChoice{
+		{Choice: "billing", Model: workerconfig.Model{Provider: agent.ScriptedProvider, Name: "billing-demo", MaxOutputTokens: &tokens, ReasoningEffort: "low"}},
+	}
+	scripts := map[string]agent.Script{"billing-demo": func(agent.ModelRequest) (agent.ScriptedReply, error) {
+		return agent.ScriptedReply{Text: "billing"}, nil
+	}}
+	def, err := Definition(cfg, Options{Scripts: scripts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.ResolveModel == nil {
+		t.Fatal("a definition with model choices has no resolver")
+	}
+	chosen, err := def.ChooseModel(agent.SessionSettings{"model": "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reply(t, chosen.Client, "hi"); got != "billing" || chosen.Settings != (agent.ModelSettings{MaxOutputTokens: 50, ReasoningEffort: "low"}) {
+		t.Errorf("the billing choice answered %q with settings %+v", got, chosen.Settings)
+	}
+	fallback, err := def.ChooseModel(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reply(t, fallback.Client, "hi"); got != "Demo reply: hi" {
+		t.Errorf("without settings the model answered %q, want the Agent's model", got)
+	}
+	if _, err := def.ChooseModel(agent.SessionSettings{"model": "gpt-9"}); err == nil || !strings.Contains(err.Error(), "it offers: billing") {
+		t.Errorf("ChooseModel(unknown) = %v", err)
+	}
+
+	plain, err := Definition(demoConfig(), Options{})
+	if err != nil || plain.ResolveModel != nil {
+		t.Errorf("a definition without model choices: resolver set = %v, err = %v", plain.ResolveModel != nil, err)
 	}
 }
 

@@ -105,15 +105,16 @@ type TLS struct {
 
 // Definition is the agent definition.
 type Definition struct {
-	Name              string       `json:"name"`
-	Instructions      string       `json:"instructions,omitempty"`
-	Model             Model        `json:"model"`
-	ToolPolicies      []ToolPolicy `json:"toolPolicies,omitempty"`
-	DefaultToolEffect string       `json:"defaultToolEffect"`
-	BuiltInTools      []string     `json:"builtInTools,omitempty"`
-	PlanMode          *PlanMode    `json:"planMode,omitempty"`
-	Compaction        *Compaction  `json:"compaction,omitempty"`
-	Limits            Limits       `json:"limits"`
+	Name              string        `json:"name"`
+	Instructions      string        `json:"instructions,omitempty"`
+	Model             Model         `json:"model"`
+	ModelChoices      []ModelChoice `json:"modelChoices,omitempty"`
+	ToolPolicies      []ToolPolicy  `json:"toolPolicies,omitempty"`
+	DefaultToolEffect string        `json:"defaultToolEffect"`
+	BuiltInTools      []string      `json:"builtInTools,omitempty"`
+	PlanMode          *PlanMode     `json:"planMode,omitempty"`
+	Compaction        *Compaction   `json:"compaction,omitempty"`
+	Limits            Limits        `json:"limits"`
 }
 
 // Model selects the model client.
@@ -124,6 +125,12 @@ type Model struct {
 	APIKey          *SecretEnv `json:"apiKey,omitempty"`
 	MaxOutputTokens *int32     `json:"maxOutputTokens,omitempty"`
 	ReasoningEffort string     `json:"reasoningEffort,omitempty"`
+}
+
+// ModelChoice is a model a session chooses with its "model" setting.
+type ModelChoice struct {
+	Choice string `json:"choice"`
+	Model  Model  `json:"model"`
 }
 
 // ToolPolicy sets the effect class and approval of one tool.
@@ -280,6 +287,17 @@ func (c Config) Validate() error {
 	need(c.Engine.TaskQueue != "", "engine.taskQueue")
 	need(c.Definition.Model.Provider != "", "definition.model.provider")
 	need(c.Definition.Model.Name != "", "definition.model.name")
+	choices := map[string]bool{}
+	for i, mc := range c.Definition.ModelChoices {
+		field := fmt.Sprintf("definition.modelChoices[%d]", i)
+		need(mc.Choice != "", field+".choice")
+		need(mc.Model.Provider != "", field+".model.provider")
+		need(mc.Model.Name != "", field+".model.name")
+		if choices[mc.Choice] {
+			problems = append(problems, fmt.Sprintf("%s.choice %q repeats an earlier choice", field, mc.Choice))
+		}
+		choices[mc.Choice] = true
+	}
 	if c.TaskSlots < 1 {
 		problems = append(problems, fmt.Sprintf("taskSlots must be at least 1, not %d", c.TaskSlots))
 	}
