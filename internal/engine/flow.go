@@ -210,6 +210,10 @@ func (r *run) runTurn() error {
 		if r.s.Turn == nil {
 			return nil
 		}
+		if out.Kind == session.OutcomeTurnContinued {
+			// The next model call of the turn, in its own RunModel Step.
+			continue
+		}
 		for _, rec := range records {
 			id := rec.ID
 			workflow.Go(r.ctx, func(ctx workflow.Context) { r.runToolCall(ctx, id) })

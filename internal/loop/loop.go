@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -30,9 +31,38 @@ func New(def agent.Definition) (*Runner, error) {
 	return &Runner{def: def}, nil
 }
 
-// runState continues a turn after its tool calls.
+// runState continues a turn after its tool calls, or after a continued
+// answer.
 type runState struct {
 	ModelCalls int `json:"modelCalls"`
+	// AfterTools is true when the turn continues after tool calls, so the
+	// continuation decision of that iteration is still to be made.
+	AfterTools bool `json:"afterTools,omitempty"`
+	// Continuations counts the continuations in a row that followed
+	// answers without tools.
+	Continuations int `json:"continuations,omitempty"`
+}
+
+func (s runState) encode() string {
+	raw, _ := json.Marshal(s)
+	return string(raw)
+}
+
+// parseRunState reads a turn's run state. A state written before
+// continuations existed continues after tool calls, the only way it could
+// be set.
+func parseRunState(raw string) (runState, error) {
+	if raw == "" {
+		return runState{}, nil
+	}
+	var s runState
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return runState{}, fmt.Errorf("reading the turn's run state: %w", err)
+	}
+	if !strings.Contains(raw, `"afterTools"`) && !strings.Contains(raw, `"continuations"`) {
+		s.AfterTools = true
+	}
+	return s, nil
 }
 
 // offeredBuiltIns are the enabled built-in tools this worker runs.
@@ -93,7 +123,30 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 			TurnError: "choosing the model: " + err.Error(),
 		}, nil
 	}
+	state, err := parseRunState(turn.RunState)
+	if err != nil {
+		return session.ModelOutcome{}, err
+	}
+	// The messages of this iteration that precede the model's answer: a
+	// continuation message after tool results.
+	var lead []agent.Message
+	if state.AfterTools {
+		decision, err := r.decide(turn, settings, lastAnswer(turn.Messages), iterationResults(turn))
+		if err != nil {
+			return session.ModelOutcome{}, err
+		}
+		if decision.Ends() {
+			// The turn ends with the tool results as its last messages,
+			// with no model call.
+			return session.ModelOutcome{Kind: session.OutcomeTurnCompleted, Options: r.options()}, nil
+		}
+		if text, ok := decision.Continues(); ok {
+			lead = append(lead, agent.Message{Role: agent.RoleUser, Text: text})
+		}
+		state.Continuations = 0
+	}
 	req := r.Request(turn)
+	req.Input = append(req.Input, lead...)
 	req.Settings = model.Settings
 	if r.def.InstructionsFunc != nil {
 		instructions, err := r.def.InstructionsFunc(agent.InstructionContext{
@@ -114,16 +167,30 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 	if out.Usage.ModelCalls == 0 {
 		out.Usage.ModelCalls = 1
 	}
+	out.NewMessages = append(append([]agent.Message(nil), lead...), answer)
 	calls := resp.ToolCalls()
 	switch {
 	case len(calls) == 0:
-		out.Kind = session.OutcomeTurnCompleted
-		out.NewMessages = []agent.Message{answer}
+		decision, err := r.decide(turn, settings, answer, nil)
+		if err != nil {
+			return session.ModelOutcome{}, err
+		}
+		text, continues := decision.Continues()
+		switch {
+		case !continues:
+			out.Kind = session.OutcomeTurnCompleted
+		case state.Continuations >= agent.MaxConsecutiveTurnContinuations:
+			out.Kind = session.OutcomeTurnCompleted
+			out.TurnError = agent.TurnContinuationLimitError
+		default:
+			out.Kind = session.OutcomeTurnContinued
+			out.NewMessages = append(out.NewMessages, agent.Message{Role: agent.RoleUser, Text: text})
+			out.RunState = runState{ModelCalls: turn.ModelCalls + 1, Continuations: state.Continuations + 1}.encode()
+		}
 	case turn.ModelCalls >= r.def.MaxModelCallsPerTurn:
 		// The call offered no tools; calls the model makes anyway are not
 		// run, and the turn ends.
 		out.Kind = session.OutcomeTurnCompleted
-		out.NewMessages = []agent.Message{answer}
 		for _, c := range calls {
 			out.NewMessages = append(out.NewMessages, agent.Message{
 				Role: agent.RoleTool, ToolCallID: c.ID, ToolName: c.Name,
@@ -131,10 +198,8 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 			})
 		}
 	default:
-		state, _ := json.Marshal(runState{ModelCalls: turn.ModelCalls + 1})
 		out.Kind = session.OutcomeToolCallsRequested
-		out.NewMessages = []agent.Message{answer}
-		out.RunState = string(state)
+		out.RunState = runState{ModelCalls: turn.ModelCalls + 1, AfterTools: true}.encode()
 		for _, c := range calls {
 			out.ToolCalls = append(out.ToolCalls, session.DeferredToolCall{
 				ID: c.ID, Name: c.Name, Arguments: c.Arguments, Policy: r.policy(c.Name), StepLimit: r.stepLimit(c.Name),
@@ -142,6 +207,52 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		}
 	}
 	return out, nil
+}
+
+// decide asks the definition's continuation decision about one iteration;
+// without one, the loop's default holds. A continuation with a blank
+// message is an error, so the attempt fails as the decision's own errors do.
+func (r *Runner) decide(turn session.TurnContext, settings agent.SessionSettings, output agent.Message, results []agent.ToolResult) (agent.TurnContinuation, error) {
+	if r.def.DecideTurnContinuation == nil {
+		return agent.DefaultContinuation, nil
+	}
+	decision, err := r.def.DecideTurnContinuation(agent.TurnContinuationContext{
+		SessionID: turn.SessionID, TurnID: turn.TurnID, Settings: settings, ModelOutput: output, ToolResults: results,
+	})
+	if err != nil {
+		return agent.TurnContinuation{}, fmt.Errorf("deciding whether the turn continues: %w", err)
+	}
+	if text, ok := decision.Continues(); ok && strings.TrimSpace(text) == "" {
+		return agent.TurnContinuation{}, errors.New("deciding whether the turn continues: a continuation needs a message that is not blank")
+	}
+	return decision, nil
+}
+
+// lastAnswer is the turn's last model answer: the one whose tool calls just
+// finished.
+func lastAnswer(messages []agent.Message) agent.Message {
+	for i := len(messages) - 1; i >= 0; i-- {
+		if messages[i].Role == agent.RoleAssistant {
+			return messages[i]
+		}
+	}
+	return agent.Message{}
+}
+
+// iterationResults are the final records of the last answer's tool calls,
+// in model order.
+func iterationResults(turn session.TurnContext) []agent.ToolResult {
+	var out []agent.ToolResult
+	for _, c := range lastAnswer(turn.Messages).ToolCalls {
+		for _, rec := range turn.ToolCalls {
+			if rec.ID == c.ID {
+				out = append(out, agent.ToolResult{
+					ToolCallID: rec.ID, ToolName: rec.Name, Status: string(rec.Status), Output: session.DescribeOutcome(rec),
+				})
+			}
+		}
+	}
+	return out
 }
 
 // policy resolves a called tool's policy. A name no tool answers to runs

@@ -51,6 +51,9 @@ const (
 	OutcomeTurnCompleted OutcomeKind = "turn_completed"
 	// OutcomeToolCallsRequested asks for tool calls.
 	OutcomeToolCallsRequested OutcomeKind = "tool_calls_requested"
+	// OutcomeTurnContinued stores the new messages and makes another model
+	// call in the same turn, in its own RunModel Step.
+	OutcomeTurnContinued OutcomeKind = "turn_continued"
 )
 
 // ModelOutcome is what one RunModel Step returns.
@@ -61,7 +64,8 @@ type ModelOutcome struct {
 	NewMessages []agent.Message `json:"newMessages,omitempty"`
 	// ToolCalls are the requested calls in model order.
 	ToolCalls []DeferredToolCall `json:"toolCalls,omitempty"`
-	// RunState continues the turn after the tool calls.
+	// RunState continues the turn after the tool calls, or in the next
+	// model call of a continued turn.
 	RunState string `json:"runState,omitempty"`
 	// Usage is this model call's usage only.
 	Usage agent.Usage `json:"usage"`

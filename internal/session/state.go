@@ -199,6 +199,12 @@ func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallR
 			events = append(events, evs...)
 		}
 		return records, events
+	case OutcomeTurnContinued:
+		for _, m := range out.NewMessages {
+			s.store(m)
+		}
+		turn.RunState = out.RunState
+		return nil, events
 	default:
 		for _, m := range out.NewMessages {
 			s.store(m)

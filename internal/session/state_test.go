@@ -1180,3 +1180,26 @@ func TestTurnOptionsEnabled(t *testing.T) {
 		t.Error("durable_wait enabled by ask_user")
 	}
 }
+
+func TestApplyModelOutcomeContinuesTheTurn(t *testing.T) {
+	s := inTurn(t, "decide")
+	records, events := s.ApplyModelOutcome(ModelOutcome{
+		Kind: OutcomeTurnContinued, RunState: `{"modelCalls":1,"continuations":1}`,
+		NewMessages: []agent.Message{{Role: agent.RoleAssistant, Text: "maybe"}, {Role: agent.RoleUser, Text: "Be sure."}},
+		Usage:       agent.Usage{ModelCalls: 1},
+	}, testNow)
+	if records != nil {
+		t.Errorf("records = %+v", records)
+	}
+	wantEvents(t, events, EventUsageRecorded)
+	if s.Turn == nil || s.Status != StatusRunningModel || s.Turn.RunState != `{"modelCalls":1,"continuations":1}` || s.Turn.ModelCalls != 1 {
+		t.Fatalf("after a continuation: status %q, turn %+v", s.Status, s.Turn)
+	}
+	last := s.Messages[len(s.Messages)-1]
+	if len(s.Messages) != 3 || last.Role != agent.RoleUser || last.Text != "Be sure." || last.TurnID != "turn-1" {
+		t.Errorf("messages = %+v, want the continuation stored as user text of the turn", s.Messages)
+	}
+	if _, err := s.TurnContext("turn-1"); err != nil {
+		t.Errorf("the next model call cannot load the turn: %v", err)
+	}
+}

@@ -47,6 +47,13 @@ type Definition struct {
 	// RunModelLimit, when set, changes RunModel's timeout, attempts and
 	// retry budget.
 	RunModelLimit *StepLimit
+	// DecideTurnContinuation, when set, decides at the end of each loop
+	// iteration whether the turn ends or continues. After tool calls it runs
+	// in the next RunModel before the model call; after an answer, in the
+	// same RunModel after it. An error fails the RunModel attempt, which its
+	// retry policy runs again, model call included, so keep it free of side
+	// effects.
+	DecideTurnContinuation func(TurnContinuationContext) (TurnContinuation, error)
 }
 
 // InstructionContext is what InstructionsFunc sees of a model call.

@@ -143,11 +143,17 @@ func UserTexts(req ModelRequest) []string {
 	return texts
 }
 
-// ToolResult is a tool result as a request carries it.
+// ToolResult is one tool call's result: as a request carries it, or as a
+// continuation decision sees it.
 type ToolResult struct {
 	ToolCallID string
 	ToolName   string
-	Output     string
+	// Output is the result as the model sees it.
+	Output string
+	// Status is the call's final status (succeeded, failed, rejected or
+	// outcome_unknown) where the session knows it; a request does not carry
+	// it.
+	Status string
 }
 
 // ToolResults returns the tool results since the request's last user
