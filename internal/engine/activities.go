@@ -70,6 +70,18 @@ func (a *Activities) CallSingleAttemptTool(ctx context.Context, in ToolStepInput
 
 func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
 	info := activity.GetInfo(ctx)
+	if !activity.HasHeartbeatDetails(ctx) && in.Call.InputQuestions == 0 {
+		// The tool has not started in any attempt: a steer or cancel_turn
+		// that committed first keeps it from starting.
+		reason, err := a.State.ToolCallControl(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.TurnID, in.Call.ID)
+		if err != nil {
+			return session.ToolOutcome{}, temporal.NewApplicationError(
+				fmt.Sprintf("checking whether %s may start: %v", in.Call.Name, err), toolNotStartedType)
+		}
+		if reason != "" {
+			return session.ToolOutcome{Kind: session.ToolResultNotStarted, Error: reason}, nil
+		}
+	}
 	events := a.writer(ctx, in.TurnID)
 	events.Write(session.NewEvent(session.EventToolCallStarted, in.TurnID, map[string]string{
 		"tool_call_id": in.Call.ID, "tool_name": in.Call.Name,
@@ -102,9 +114,13 @@ func modelFailure(err error) error {
 	})
 }
 
-// StateLoader loads the committed state a RunModel attempt works from.
+// StateLoader loads committed session state for the effect Steps.
 type StateLoader interface {
+	// LoadTurn loads what a RunModel attempt works from.
 	LoadTurn(ctx context.Context, sessionID, runID, turnID string) (session.TurnContext, error)
+	// ToolCallControl says whether a tool call may start: empty, or the
+	// reason a steer or cancel_turn settled it.
+	ToolCallControl(ctx context.Context, sessionID, runID, turnID, toolCallID string) (string, error)
 }
 
 // QueryLoader loads committed state by querying the session workflow, which
@@ -126,9 +142,25 @@ func (q QueryLoader) LoadTurn(ctx context.Context, sessionID, runID, turnID stri
 	return turn, nil
 }
 
-// QueryTurnContext is the query a StateLoader other than QueryLoader
-// answers, for tests that run the workflow in a test environment.
-const QueryTurnContext = queryTurnContext
+// ToolCallControl queries the session whether a tool call may start.
+func (q QueryLoader) ToolCallControl(ctx context.Context, sessionID, runID, turnID, toolCallID string) (string, error) {
+	resp, err := q.Client.QueryWorkflow(ctx, sessionID, runID, queryToolCallControl, ToolCallControlRequest{TurnID: turnID, ToolCallID: toolCallID})
+	if err != nil {
+		return "", err
+	}
+	var reason string
+	if err := resp.Get(&reason); err != nil {
+		return "", fmt.Errorf("decoding: %w", err)
+	}
+	return reason, nil
+}
+
+// The queries a StateLoader other than QueryLoader answers, for tests that
+// run the workflow in a test environment.
+const (
+	QueryTurnContext     = queryTurnContext
+	QueryToolCallControl = queryToolCallControl
+)
 
 // stepStartedMark is the heartbeat detail of a tool Step that has started.
 const stepStartedMark = "started"

@@ -45,6 +45,8 @@ type run struct {
 	// search is false when the session was started without the
 	// active-Step search.
 	search bool
+	// cancelModel cancels the running RunModel Step, for cancel_turn.
+	cancelModel workflow.CancelFunc
 }
 
 // Run is the session workflow: StartAgentSession, then turns for as long as
@@ -101,6 +103,11 @@ func (r *run) register() error {
 	}
 	if err := workflow.SetQueryHandler(r.ctx, queryTurnContext, func(turnID string) (session.TurnContext, error) {
 		return s.TurnContext(turnID)
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(r.ctx, queryToolCallControl, func(req ToolCallControlRequest) (string, error) {
+		return s.ToolCallControl(req.TurnID, req.ToolCallID), nil
 	}); err != nil {
 		return err
 	}
@@ -164,6 +171,39 @@ func (r *run) register() error {
 			func(ctx workflow.Context, req session.AnswerRequest) error {
 				return rejected(s.CheckAnswer(req, workflow.Now(ctx)))
 			}},
+		{UpdateSteerUserMessage,
+			func(ctx workflow.Context, req session.SteerRequest) (bool, error) {
+				turnID := r.activeTurnID()
+				events, err := s.Steer(req, workflow.Now(ctx))
+				if err != nil {
+					return false, rejected(err)
+				}
+				r.emit(rpcStepID(UpdateSteerUserMessage, turnID), events)
+				return true, nil
+			},
+			func(ctx workflow.Context, req session.SteerRequest) error { return rejected(s.CheckSteer(req)) }},
+		{UpdateDeleteQueuedMessage,
+			func(ctx workflow.Context, req session.DeleteRequest) (bool, error) {
+				if err := s.DeleteQueued(req); err != nil {
+					return false, rejected(err)
+				}
+				return true, nil
+			},
+			func(ctx workflow.Context, req session.DeleteRequest) error { return rejected(s.CheckDelete(req)) }},
+		{UpdateCancelTurn,
+			func(ctx workflow.Context, req session.CancelRequest) (bool, error) {
+				events, err := s.CancelTurn(req, workflow.Now(ctx))
+				if err != nil {
+					return false, rejected(err)
+				}
+				if r.cancelModel != nil {
+					// The model call's answer is dropped.
+					r.cancelModel()
+				}
+				r.emit(rpcStepID(UpdateCancelTurn, req.TurnID), events)
+				return true, nil
+			},
+			func(ctx workflow.Context, req session.CancelRequest) error { return rejected(s.CheckCancel(req)) }},
 		{UpdateSessionSettings,
 			func(ctx workflow.Context, req SettingsRequest) (bool, error) {
 				if err := s.UpdateSettings(req.Settings); err != nil {
@@ -185,15 +225,29 @@ func (r *run) register() error {
 }
 
 // runTurn runs the active turn to its end: model calls, and the tool calls
-// each one requests, until an answer completes it or a failure ends it.
+// each one requests, until an answer completes it, a failure ends it, or a
+// steer or cancel_turn ends it at ApplyTurnControl.
 func (r *run) runTurn() error {
 	for r.s.Turn != nil {
 		turn := r.s.Turn
+		if r.s.TurnControlRequested() {
+			// Steered or cancelled: no further model call.
+			r.applyTurnControl()
+			return nil
+		}
 		stepID := r.nextStepID(session.StepRunModel, turn.ID)
 		r.enter(session.StepRunModel)
+		modelCtx, cancel := workflow.WithCancel(r.modelOptions(stepID))
+		r.cancelModel = cancel
 		var out session.ModelOutcome
-		err := workflow.ExecuteActivity(r.modelOptions(stepID), string(session.StepRunModel), RunModelInput{TurnID: turn.ID}).Get(r.ctx, &out)
+		err := workflow.ExecuteActivity(modelCtx, string(session.StepRunModel), RunModelInput{TurnID: turn.ID}).Get(r.ctx, &out)
+		r.cancelModel = nil
 		r.leave(session.StepRunModel)
+		if r.s.ModelCallCancelled() {
+			// cancel_turn while the model call ran: its answer is dropped.
+			r.applyTurnControl()
+			return nil
+		}
 		if err != nil {
 			if temporal.IsCanceledError(err) {
 				return err
@@ -225,9 +279,28 @@ func (r *run) runTurn() error {
 		if err != nil {
 			return err
 		}
+		if r.s.TurnControlRequested() {
+			r.applyTurnControl()
+			return nil
+		}
 		r.s.ResumeTurn()
 	}
 	return nil
+}
+
+// applyTurnControl is ApplyTurnControl: it ends a steered or cancelled
+// turn, and starts the next one with the steered messages.
+func (r *run) applyTurnControl() {
+	turnID := r.activeTurnID()
+	events := r.s.ApplyTurnControl()
+	r.emit(waitStepID(session.StepApplyTurnControl, turnID, ""), events)
+}
+
+func (r *run) activeTurnID() string {
+	if r.s.Turn == nil {
+		return ""
+	}
+	return r.s.Turn.ID
 }
 
 // runToolCall moves one tool call through its Steps until its record is
@@ -312,6 +385,11 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	step := session.ToolStep(rec.Effect)
 	turnID := r.s.Turn.ID
 	stepID := r.nextStepID(step, rec.ID)
+	if r.s.TurnControlRequested() && rec.InputQuestions == 0 {
+		// Steered or cancelled before the tool started: it never will.
+		r.emit(stepID, r.s.SettleUnstarted(rec.ID))
+		return
+	}
 	r.enter(step)
 	var out session.ToolOutcome
 	err := workflow.ExecuteActivity(r.toolOptions(ctx, stepID, rec), string(step), ToolStepInput{
@@ -326,6 +404,9 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	switch {
 	case err == nil && out.Kind == session.ToolResultInputRequested && out.Question != nil:
 		r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.Continuation, workflow.Now(ctx)))
+		return
+	case err == nil && out.Kind == session.ToolResultNotStarted:
+		r.emit(stepID, r.s.SettleUnstarted(rec.ID))
 		return
 	case err == nil:
 		r.emit(stepID, r.s.RecordToolOutcome(rec.ID, out))
@@ -383,6 +464,11 @@ func (r *run) toolOptions(ctx workflow.Context, stepID string, rec *session.Tool
 func (r *run) nextStepID(step session.StepName, subject string) string {
 	r.stepSeq++
 	return fmt.Sprintf("%s/%s/%d", step, subject, r.stepSeq)
+}
+
+// rpcStepID names the events an RPC writes when it settles a turn's calls.
+func rpcStepID(rpc, turnID string) string {
+	return rpc + "/" + turnID
 }
 
 // waitStepID names the execution of a Step that runs in workflow code: the
@@ -456,6 +542,10 @@ func stepStarted(err error) bool {
 	var actErr *temporal.ActivityError
 	if !errors.As(err, &actErr) {
 		return true
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.Type() == toolNotStartedType {
+		return false
 	}
 	var timeout *temporal.TimeoutError
 	if !errors.As(err, &timeout) {

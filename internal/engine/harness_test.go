@@ -69,6 +69,15 @@ func (l envLoader) LoadTurn(_ context.Context, _, _, turnID string) (session.Tur
 	return tc, v.Get(&tc)
 }
 
+func (l envLoader) ToolCallControl(_ context.Context, _, _, turnID, toolCallID string) (string, error) {
+	v, err := l.env.QueryWorkflow(QueryToolCallControl, ToolCallControlRequest{TurnID: turnID, ToolCallID: toolCallID})
+	if err != nil {
+		return "", err
+	}
+	var reason string
+	return reason, v.Get(&reason)
+}
+
 func newHarness(t *testing.T, def agent.Definition) *harness {
 	t.Helper()
 	h := &harness{t: t, events: &recordedEvents{}, gap: time.Minute}

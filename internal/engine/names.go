@@ -18,16 +18,22 @@ import (
 
 // RPC names: Temporal updates and queries of the session workflow.
 const (
-	UpdateStartSession     = "start_session"
-	UpdateSendUserMessage  = "send_user_message"
-	UpdateResolveInterrupt = "resolve_interrupt"
-	UpdateAnswerQuestion   = "answer_question"
-	UpdateSessionSettings  = "update_session_settings"
-	QuerySnapshot          = "get_agent_snapshot"
-	QueryListMessages      = "list_agent_messages"
+	UpdateStartSession        = "start_session"
+	UpdateSendUserMessage     = "send_user_message"
+	UpdateResolveInterrupt    = "resolve_interrupt"
+	UpdateAnswerQuestion      = "answer_question"
+	UpdateSessionSettings     = "update_session_settings"
+	UpdateSteerUserMessage    = "steer_user_message"
+	UpdateDeleteQueuedMessage = "delete_queued_message"
+	UpdateCancelTurn          = "cancel_turn"
+	QuerySnapshot             = "get_agent_snapshot"
+	QueryListMessages         = "list_agent_messages"
 	// queryTurnContext is how a RunModel attempt loads committed state, so
 	// model input never travels in activity inputs.
 	queryTurnContext = "stepwise_turn_context"
+	// queryToolCallControl is how a tool Step learns, before its tool first
+	// starts, that the turn was steered or cancelled.
+	queryToolCallControl = "stepwise_tool_call_control"
 )
 
 // ActiveStepsAttribute is the KeywordList search attribute of the Steps a
@@ -71,6 +77,16 @@ const (
 	// registered.
 	StepSearchDisabled StepSearchMode = "disabled"
 )
+
+// ToolCallControlRequest asks whether a tool call may start.
+type ToolCallControlRequest struct {
+	TurnID     string `json:"turnId"`
+	ToolCallID string `json:"toolCallId"`
+}
+
+// toolNotStartedType marks a tool Step attempt that failed before its tool
+// started, so its failure is recorded as "did not run".
+const toolNotStartedType = "stepwise.ToolNotStarted"
 
 // SettingsRequest is update_session_settings' input: the settings that
 // replace the stored ones, a JSON object.

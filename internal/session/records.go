@@ -155,6 +155,8 @@ type Turn struct {
 	ToolCalls []*ToolCallRecord `json:"toolCalls,omitempty"`
 	// Options are the session options the last RunModel worked with.
 	Options TurnOptions `json:"options"`
+	// Control records a steer or cancel_turn of the turn.
+	Control TurnControl `json:"control,omitzero"`
 	// Settings are the session settings the turn started with; its model
 	// calls read only this copy, so an update never changes a running turn.
 	Settings json.RawMessage `json:"settings,omitempty"`

@@ -114,6 +114,9 @@ const (
 	// ToolResultInputRequested asks the user a question before the tool
 	// takes any effect; the tool Step runs again with the answer.
 	ToolResultInputRequested ToolOutcomeKind = "input_requested"
+	// ToolResultNotStarted is a tool Step that found its turn steered or
+	// cancelled before the tool started; the call is settled instead.
+	ToolResultNotStarted ToolOutcomeKind = "not_started"
 )
 
 // ToolOutcome is the result of one tool Step. A failure the model should

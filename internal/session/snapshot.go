@@ -33,6 +33,8 @@ type Snapshot struct {
 	// turn.
 	QueuedMessageCount int           `json:"queuedMessageCount"`
 	QueuedMessages     []UserMessage `json:"queuedMessages"`
+	// SteeredMessages are the steered messages not applied yet.
+	SteeredMessages []UserMessage `json:"steeredMessages"`
 	// SessionSettings are the settings the next turn starts with, not
 	// necessarily the running turn's.
 	SessionSettings json.RawMessage `json:"sessionSettings"`
@@ -48,6 +50,7 @@ func (s *State) Snapshot() Snapshot {
 		ToolCalls:         []ToolCallRecord{},
 		Usage:             s.Usage,
 		QueuedMessages:    append([]UserMessage{}, s.Queued...),
+		SteeredMessages:   append([]UserMessage{}, s.Steered...),
 		SessionSettings:   json.RawMessage("{}"),
 	}
 	if len(s.Settings) > 0 {

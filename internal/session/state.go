@@ -29,6 +29,9 @@ type State struct {
 	Interrupts   []Interrupt     `json:"interrupts,omitempty"`
 	Usage        agent.Usage     `json:"usage"`
 	Queued       []UserMessage   `json:"queued,omitempty"`
+	// Steered are the steered messages not applied yet; they start the next
+	// turn, ahead of queued ones.
+	Steered []UserMessage `json:"steered,omitempty"`
 	// NextMessageID numbers the user messages as they are queued.
 	NextMessageID int64 `json:"nextMessageId"`
 	// LastTurnError is set when a turn fails and cleared when a later turn
@@ -104,8 +107,7 @@ func (s *State) QueueUserMessage(text string) (UserMessage, error) {
 }
 
 func (s *State) queue(text string) UserMessage {
-	m := UserMessage{ID: fmt.Sprintf("msg-%d", s.NextMessageID), Text: text}
-	s.NextMessageID++
+	m := s.newMessage(text)
 	s.Queued = append(s.Queued, m)
 	return m
 }
@@ -113,17 +115,22 @@ func (s *State) queue(text string) UserMessage {
 // CanBeginTurn reports whether AwaitUserMessage has a message to start a
 // turn with.
 func (s *State) CanBeginTurn() bool {
-	return s.Turn == nil && len(s.Queued) > 0
+	return s.Turn == nil && (len(s.Queued) > 0 || len(s.Steered) > 0)
 }
 
-// BeginTurn is AwaitUserMessage taking the next queued message: it stores it
-// as the turn's first message and starts a chat turn.
+// BeginTurn is AwaitUserMessage, or ApplyTurnControl with steered messages:
+// it stores every steered message in order, or else the next queued one, as
+// the turn's first messages and starts a chat turn.
 func (s *State) BeginTurn() []Event {
 	if !s.CanBeginTurn() {
 		return nil
 	}
-	msg := s.Queued[0]
-	s.Queued = s.Queued[1:]
+	var msgs []UserMessage
+	if len(s.Steered) > 0 {
+		msgs, s.Steered = s.Steered, nil
+	} else {
+		msgs, s.Queued = s.Queued[:1], s.Queued[1:]
+	}
 	s.TurnCount++
 	turn := &Turn{
 		ID: fmt.Sprintf("turn-%d", s.TurnCount), Number: s.TurnCount, Mode: ModeChat,
@@ -132,19 +139,21 @@ func (s *State) BeginTurn() []Event {
 	s.Turn = turn
 	s.Status = StatusRunningModel
 	s.Mode = turn.Mode
-	seq := s.store(agent.Message{Role: agent.RoleUser, Text: msg.Text})
-	return []Event{NewEvent(EventTurnStarted, turn.ID, map[string]any{"sequence": seq})}
+	first := s.NextSequence
+	for _, m := range msgs {
+		s.store(agent.Message{Role: agent.RoleUser, Text: m.Text})
+	}
+	return []Event{NewEvent(EventTurnStarted, turn.ID, map[string]any{"sequence": first})}
 }
 
-// store appends a message to the active turn and returns its sequence.
-func (s *State) store(m agent.Message) int64 {
+// store appends a message to the active turn.
+func (s *State) store(m agent.Message) {
 	m.Sequence = s.NextSequence
 	if s.Turn != nil {
 		m.TurnID = s.Turn.ID
 	}
 	s.NextSequence++
 	s.Messages = append(s.Messages, m)
-	return m.Sequence
 }
 
 // TurnContext is the committed state a RunModel attempt of the turn works
@@ -197,6 +206,10 @@ func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallR
 			r, evs := s.deferToolCall(call, now)
 			records = append(records, r)
 			events = append(events, evs...)
+		}
+		if turn.Control.Requested() {
+			// Steered while the model call ran: none of its calls started.
+			events = append(events, s.settleNewCalls(records)...)
 		}
 		return records, events
 	case OutcomeTurnContinued:
@@ -397,20 +410,22 @@ func (s *State) Resolve(req ResolveRequest, now time.Time) ([]Event, error) {
 		rejection = req.RejectionMessage
 		events = s.finish(r, ToolCallRejected, "", "")
 	}
-	return append([]Event{resolvedEvent(in, req.Approved, false, rejection)}, events...), nil
+	return append([]Event{resolvedEvent(in, req.Approved, false, rejection, "")}, events...), nil
 }
 
 // resolvedEvent is interrupt_resolved with every field of the event table;
 // cancellation_reason is set only when steering or cancellation removed the
 // interrupt.
-func resolvedEvent(in Interrupt, approved, answered bool, rejection string) Event {
-	var rejectionMessage any
-	if rejection != "" {
-		rejectionMessage = rejection
+func resolvedEvent(in Interrupt, approved, answered bool, rejection, cancellationReason string) Event {
+	orNull := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
 	}
 	return NewEvent(EventInterruptResolved, in.TurnID, map[string]any{
 		"interrupt_id": in.ID, "approved": approved, "kind": in.Kind, "answered": answered,
-		"rejection_message": rejectionMessage, "cancellation_reason": nil,
+		"rejection_message": orNull(rejection), "cancellation_reason": orNull(cancellationReason),
 	})
 }
 
@@ -442,7 +457,7 @@ func (s *State) Answer(req AnswerRequest, now time.Time) ([]Event, error) {
 	}
 	in, r, _ := s.pendingInterrupt(req.InterruptID, now)
 	s.removeInterrupt(in.ID)
-	events := []Event{resolvedEvent(in, true, true, "")}
+	events := []Event{resolvedEvent(in, true, true, "", "")}
 	if r.BuiltIn == "" {
 		returnToTool(r, in, agent.QuestionAnswered, req.Answer)
 		return events, nil
@@ -471,7 +486,7 @@ func (s *State) ExpireInterrupt(id string, now time.Time) []Event {
 	if in.Kind == InterruptApproval {
 		rejection = ApprovalDeadlineText
 	}
-	events := []Event{resolvedEvent(in, false, false, rejection)}
+	events := []Event{resolvedEvent(in, false, false, rejection, "")}
 	if in.Kind == InterruptQuestion && r.BuiltIn == "" {
 		returnToTool(r, in, agent.QuestionDeadlinePassed, "")
 		return events
@@ -662,20 +677,31 @@ func (s *State) FailTurn(errText string) []Event {
 // endTurn clears the turn's records and run state; an error fails it.
 func (s *State) endTurn(errText string) []Event {
 	turn := s.Turn
-	s.Interrupts = slices.DeleteFunc(s.Interrupts, func(in Interrupt) bool { return in.TurnID == turn.ID })
-	s.Turn = nil
-	s.Status = StatusWaitingForUserMessage
-	s.Mode = ModeChat
-	count := 0
-	for _, m := range s.Messages {
-		if m.TurnID == turn.ID {
-			count++
-		}
-	}
+	count := s.turnMessageCount(turn.ID)
+	s.clearTurn(turn)
 	if errText != "" {
 		s.LastTurnError = errText
 		return []Event{NewEvent(EventTurnFailed, turn.ID, map[string]any{"error": errText})}
 	}
 	s.LastTurnError = ""
 	return []Event{NewEvent(EventTurnCompleted, turn.ID, map[string]any{"message_count": count})}
+}
+
+// clearTurn ends the turn: its interrupts and records go, and the session
+// waits for a user message.
+func (s *State) clearTurn(turn *Turn) {
+	s.Interrupts = slices.DeleteFunc(s.Interrupts, func(in Interrupt) bool { return in.TurnID == turn.ID })
+	s.Turn = nil
+	s.Status = StatusWaitingForUserMessage
+	s.Mode = ModeChat
+}
+
+func (s *State) turnMessageCount(turnID string) int {
+	count := 0
+	for _, m := range s.Messages {
+		if m.TurnID == turnID {
+			count++
+		}
+	}
+	return count
 }
