@@ -65,8 +65,9 @@ test: verify-gen vet lint envtest temporal ## Run everything CI runs: generated-
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: record-histories
-record-histories: temporal ## Record the session histories the replay tests replay (before changing workflow code).
-	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories \
+record-histories: temporal ## Record this engine version's session histories, which later versions must replay.
+	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) \
+	STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories/$$(sed -n 's/^const EngineVersion = "\(.*\)"/\1/p' internal/version/version.go) \
 		go test -count=1 -run TestRecordHistories ./internal/enginetest/
 
 .PHONY: bench

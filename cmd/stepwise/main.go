@@ -31,6 +31,11 @@ Commands:
   approve <session> <interrupt>       Approve a pending tool call.
   reject <session> <interrupt> [why]  Reject a tool call (the model sees why), or decline a question.
   answer <session> <interrupt> <text> Answer a pending question.
+  steer <session> <message>           Steer the running turn with a message (queued when none runs).
+  steer-queued <session> <message-id> Steer the running turn with a queued message.
+  delete-queued <session> <message-id>
+                                      Delete a queued message.
+  cancel <session> <turn>             Cancel the running turn now.
   settings <session> <json>           Replace the session settings with a JSON object
                                       ({} clears them); the next turn uses them.
   snapshot <session>                  Print the session's snapshot as JSON.
@@ -146,6 +151,26 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 			return 0, err
 		}
 		ok, err = s.Answer(ctx, args[0], args[1], strings.Join(args[2:], " "))
+	case "steer":
+		if err := need(2, "<session> <message>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.Steer(ctx, args[0], strings.Join(args[1:], " "))
+	case "steer-queued":
+		if err := need(2, "<session> <message-id>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.SteerQueued(ctx, args[0], args[1])
+	case "delete-queued":
+		if err := need(2, "<session> <message-id>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.DeleteQueued(ctx, args[0], args[1])
+	case "cancel":
+		if err := need(2, "<session> <turn>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.CancelTurn(ctx, args[0], args[1])
 	case "settings":
 		if err := need(2, "<session> <json>"); err != nil {
 			return 0, err

@@ -279,6 +279,36 @@ func TestRejectGivesTheModelTheReasonAndTheToolNeverRuns(t *testing.T) {
 	}
 }
 
+func TestSteerDeleteQueuedAndCancelEndTheTurnWithoutTheWrite(t *testing.T) {
+	c := newCLI(t, "CLISteer")
+	c.want(true, "start", "s-steer", "refund 7")
+	c.waitInterrupt("s-steer", "r1")
+	c.want(true, "send", "s-steer", "later")
+	c.want(true, "delete-queued", "s-steer", "msg-2")
+	c.want(false, "delete-queued", "s-steer", "msg-2")
+	c.want(false, "steer-queued", "s-steer", "msg-2")
+	c.want(true, "steer", "s-steer", "never", "mind")
+	if last := c.waitTurns("s-steer", 2); last != "Echo: never mind" {
+		t.Errorf("the steered turn answered %q", last)
+	}
+
+	c.want(true, "send", "s-steer", "refund 8")
+	c.waitInterrupt("s-steer", "r1")
+	c.want(false, "cancel", "s-steer", "turn-1")
+	c.want(true, "cancel", "s-steer", "turn-3")
+	c.waitTurns("s-steer", 3)
+	snap, err := c.sessions.Snapshot(context.Background(), "s-steer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := snap.Messages[len(snap.Messages)-1]; snap.State.TurnCount != 3 || last.Text != `{"status":"cancelled","reason":"turn_cancelled_by_user"}` {
+		t.Errorf("after the cancel: %d turns, last message %+v", snap.State.TurnCount, last)
+	}
+	if n := c.refunds.Load(); n != 0 {
+		t.Errorf("refund_order ran %d times", n)
+	}
+}
+
 func TestAnswerPrintsFalseWithStatus3ForAnApprovalOrAnUnknownInterrupt(t *testing.T) {
 	c := newCLI(t, "CLIAnswer")
 	c.want(true, "start", "s-answer", "refund 9")
@@ -333,6 +363,10 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{name: "reject without an interrupt", flowType: "F", args: []string{"reject", "s1"}, want: "reject needs <session> <interrupt>"},
 		{name: "answer without an answer", flowType: "F", args: []string{"answer", "s1", "q1"}, want: "answer needs <session> <interrupt> <answer>"},
 		{name: "snapshot without a session", flowType: "F", args: []string{"snapshot"}, want: "snapshot needs <session>"},
+		{name: "steer without a message", flowType: "F", args: []string{"steer", "s1"}, want: "steer needs <session> <message>"},
+		{name: "steer-queued without an ID", flowType: "F", args: []string{"steer-queued", "s1"}, want: "steer-queued needs <session> <message-id>"},
+		{name: "delete-queued without an ID", flowType: "F", args: []string{"delete-queued", "s1"}, want: "delete-queued needs <session> <message-id>"},
+		{name: "cancel without a turn", flowType: "F", args: []string{"cancel", "s1"}, want: "cancel needs <session> <turn>"},
 		{name: "settings without JSON", flowType: "F", args: []string{"settings", "s1"}, want: "settings needs <session> <json>"},
 		{name: "settings that are not an object", flowType: "F", args: []string{"settings", "s1", `["large"]`}, want: "settings must be a JSON object"},
 		{name: "settings that are null", flowType: "F", args: []string{"settings", "s1", "null"}, want: "settings must be a JSON object"},

@@ -22,13 +22,14 @@ const recordedFlowType = "Recorded"
 // would break a running session fails here. Re-record the fixtures with
 // `make record-histories` only when a release is meant to replace them.
 func TestReplayRecordedHistories(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
+	// Each release's histories live under its engine version.
+	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no recorded histories in testdata/histories (%v)", err)
 	}
 	logger := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
+		t.Run(filepath.Base(filepath.Dir(file))+"/"+filepath.Base(file), func(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
 			events := &recordedEvents{}
 			flow := &Flow{Timings: DefaultTimings(), Events: events}
@@ -56,10 +57,10 @@ func TestReplayCatchesANonDeterministicChange(t *testing.T) {
 		return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), "SomeOtherStep").Get(ctx, nil)
 	}
 	replayer.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: recordedFlowType})
-	if err := replayer.ReplayWorkflowHistoryFromJSONFile(logger, filepath.Join("testdata", "histories", "chat.json")); err == nil {
+	if err := replayer.ReplayWorkflowHistoryFromJSONFile(logger, filepath.Join("testdata", "histories", "0.1.0", "chat.json")); err == nil {
 		t.Fatal("a workflow that does something else replayed the recorded history without an error")
 	}
-	if _, err := os.Stat(filepath.Join("testdata", "histories", "chat.json")); err != nil {
+	if _, err := os.Stat(filepath.Join("testdata", "histories", "0.1.0", "chat.json")); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -85,10 +86,32 @@ func TestRecordHistories(t *testing.T) {
 	s.StartWorker()
 	lastAnswer(t, sessions, "crash", 1)
 
+	// Since 0.2.0: session settings, steering and cancel_turn.
+	must(sessions.Start(ctx, "settings", "hello", client.WithSettings(agent.SessionSettings{"tone": "brief"})))
+	lastAnswer(t, sessions, "settings", 1)
+	must(sessions.UpdateSettings(ctx, "settings", agent.SessionSettings{}))
+	must(sessions.Send(ctx, "settings", "again"))
+	lastAnswer(t, sessions, "settings", 2)
+
+	must(sessions.Start(ctx, "steered", "tools: write_approved, read_b"))
+	interrupt("steered")
+	must(sessions.Send(ctx, "steered", "queued"))
+	must(sessions.Steer(ctx, "steered", "steered text"))
+	// The steered text starts turn 2, and the queued message turn 3.
+	lastAnswer(t, sessions, "steered", 3)
+	must(sessions.Send(ctx, "steered", "wait: 3600"))
+	Eventually(t, waitLong, "the durable wait", func() (bool, error) {
+		snap, err := sessions.Snapshot(ctx, "steered")
+		return err == nil && len(snap.ToolCalls) == 1, err
+	})
+	must(sessions.CancelTurn(ctx, "steered", "turn-4"))
+	must(sessions.Send(ctx, "steered", "after the cancel"))
+	lastAnswer(t, sessions, "steered", 5)
+
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"chat", "approvals", "builtins", "crash"} {
+	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered"} {
 		var history historypb.History
 		it := s.Client.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		for it.HasNext() {

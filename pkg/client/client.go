@@ -154,6 +154,36 @@ func (s *Sessions) Send(ctx context.Context, sessionID, text string) (bool, erro
 	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, engine.SendRequest{Text: text})
 }
 
+// Steer steers the running turn with new text: the turn ends at its next
+// safe Step boundary (a running model call or started tool runs to its end,
+// calls not started are rejected) and the text starts the next turn. While
+// no turn runs, the text is queued like Send. It reports false for blank
+// text.
+func (s *Sessions) Steer(ctx context.Context, sessionID, text string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{Text: text})
+}
+
+// SteerQueued steers the running turn with a queued message, by the ID the
+// snapshot lists. It reports false for a message no longer queued.
+func (s *Sessions) SteerQueued(ctx context.Context, sessionID, messageID string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{MessageID: messageID})
+}
+
+// DeleteQueued deletes a queued message. It reports false for a message no
+// longer queued.
+func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: messageID})
+}
+
+// CancelTurn stops the running turn now, with no new turn: a running model
+// call is cancelled and its answer dropped, every wait ends, and a started
+// tool runs to its end. It reports false when turnID is not the active turn;
+// a second cancel of the same turn reports true. The turn may still
+// complete first, when its answer committed before the cancel.
+func (s *Sessions) CancelTurn(ctx context.Context, sessionID, turnID string) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateCancelTurn, session.CancelRequest{TurnID: turnID})
+}
+
 // Approve approves a pending tool call.
 func (s *Sessions) Approve(ctx context.Context, sessionID, interruptID string) (bool, error) {
 	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, Approved: true})
