@@ -31,6 +31,8 @@ Commands:
   approve <session> <interrupt>       Approve a pending tool call.
   reject <session> <interrupt> [why]  Reject a tool call (the model sees why), or decline a question.
   answer <session> <interrupt> <text> Answer a pending question.
+  plan <session> <message>            Send a message that starts a planning turn.
+  execute-plan <session> <revision>   Approve a plan revision and execute it.
   steer <session> <message>           Steer the running turn with a message (queued when none runs).
   steer-queued <session> <message-id> Steer the running turn with a queued message.
   delete-queued <session> <message-id>
@@ -151,6 +153,20 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 			return 0, err
 		}
 		ok, err = s.Answer(ctx, args[0], args[1], strings.Join(args[2:], " "))
+	case "plan":
+		if err := need(2, "<session> <message>"); err != nil {
+			return 0, err
+		}
+		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "), sessions.InPlanMode())
+	case "execute-plan":
+		if err := need(2, "<session> <revision>"); err != nil {
+			return 0, err
+		}
+		revision, convErr := strconv.Atoi(args[1])
+		if convErr != nil || revision < 1 {
+			return 0, fmt.Errorf("revision must be a plan revision number, not %q", args[1])
+		}
+		ok, err = s.ExecutePlan(ctx, args[0], revision)
 	case "steer":
 		if err := need(2, "<session> <message>"); err != nil {
 			return 0, err

@@ -363,6 +363,8 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{name: "reject without an interrupt", flowType: "F", args: []string{"reject", "s1"}, want: "reject needs <session> <interrupt>"},
 		{name: "answer without an answer", flowType: "F", args: []string{"answer", "s1", "q1"}, want: "answer needs <session> <interrupt> <answer>"},
 		{name: "snapshot without a session", flowType: "F", args: []string{"snapshot"}, want: "snapshot needs <session>"},
+		{name: "plan without a message", flowType: "F", args: []string{"plan", "s1"}, want: "plan needs <session> <message>"},
+		{name: "execute-plan with a bad revision", flowType: "F", args: []string{"execute-plan", "s1", "latest"}, want: `revision must be a plan revision number, not "latest"`},
 		{name: "steer without a message", flowType: "F", args: []string{"steer", "s1"}, want: "steer needs <session> <message>"},
 		{name: "steer-queued without an ID", flowType: "F", args: []string{"steer-queued", "s1"}, want: "steer-queued needs <session> <message-id>"},
 		{name: "delete-queued without an ID", flowType: "F", args: []string{"delete-queued", "s1"}, want: "delete-queued needs <session> <message-id>"},

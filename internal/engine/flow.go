@@ -31,6 +31,8 @@ type Flow struct {
 	Events EventSink
 	// Timings are the Step limits.
 	Timings Timings
+	// PlanMode lets messages ask for a planning turn.
+	PlanMode bool
 }
 
 // run is one session workflow run: its state and the Steps it is in.
@@ -57,6 +59,7 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 		s:      session.NewState(workflow.GetInfo(ctx).WorkflowExecution.ID),
 		search: in.StepSearch != StepSearchDisabled,
 	}
+	r.s.PlanModeEnabled = f.PlanMode
 	if r.events == nil {
 		r.events = discardEvents{}
 	}
@@ -134,12 +137,22 @@ func (r *run) register() error {
 			}},
 		{UpdateSendUserMessage,
 			func(ctx workflow.Context, req SendRequest) (bool, error) {
-				if _, err := s.QueueUserMessage(req.Text); err != nil {
+				if _, err := s.Send(req); err != nil {
 					return false, rejected(err)
 				}
 				return true, nil
 			},
-			func(ctx workflow.Context, req SendRequest) error { return rejected(s.CheckUserMessage(req.Text)) }},
+			func(ctx workflow.Context, req SendRequest) error { return rejected(s.CheckSend(req)) }},
+		{UpdateExecutePlan,
+			func(ctx workflow.Context, req session.ExecutePlanRequest) (bool, error) {
+				if err := s.ExecutePlan(req); err != nil {
+					return false, rejected(err)
+				}
+				return true, nil
+			},
+			func(ctx workflow.Context, req session.ExecutePlanRequest) error {
+				return rejected(s.CheckExecutePlan(req))
+			}},
 		{UpdateResolveInterrupt,
 			func(ctx workflow.Context, req session.ResolveRequest) (bool, error) {
 				// A decline ends a question's wait, not an approval's.

@@ -26,6 +26,7 @@ const (
 	UpdateSteerUserMessage    = "steer_user_message"
 	UpdateDeleteQueuedMessage = "delete_queued_message"
 	UpdateCancelTurn          = "cancel_turn"
+	UpdateExecutePlan         = "execute_plan"
 	QuerySnapshot             = "get_agent_snapshot"
 	QueryListMessages         = "list_agent_messages"
 	// queryTurnContext is how a RunModel attempt loads committed state, so
@@ -95,9 +96,7 @@ type SettingsRequest struct {
 }
 
 // SendRequest is send_user_message's input.
-type SendRequest struct {
-	Text string `json:"text"`
-}
+type SendRequest = session.SendRequest
 
 // Timings are the Step timeouts and retry limits. The defaults are the
 // seed's; a shorter heartbeat timeout finds a dead worker sooner at the cost

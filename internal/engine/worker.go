@@ -28,6 +28,8 @@ type WorkerOptions struct {
 	Events EventSink
 	// Timings are the Step limits; zero uses DefaultTimings.
 	Timings Timings
+	// PlanMode lets messages ask for a planning turn.
+	PlanMode bool
 	// Options are passed to the SDK worker, for tuning beyond the above.
 	Options worker.Options
 }
@@ -43,7 +45,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	opts.MaxConcurrentActivityExecutionSize = max(o.TaskSlots, 1)
 	opts.MaxConcurrentWorkflowTaskExecutionSize = max(o.TaskSlots, 2)
 	w := worker.New(c, o.TaskQueue, opts)
-	flow := &Flow{Events: o.Events, Timings: o.Timings}
+	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode}
 	w.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: o.FlowType})
 	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
 	w.RegisterActivityWithOptions(acts.RunModel, activity.RegisterOptions{Name: string(session.StepRunModel)})

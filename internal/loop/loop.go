@@ -90,10 +90,20 @@ func (r *Runner) options() session.TurnOptions {
 func (r *Runner) Request(turn session.TurnContext) agent.ModelRequest {
 	req := agent.ModelRequest{
 		Instructions: r.def.Instructions,
-		Input:        session.PairToolResults(turn.Messages),
+		Input:        withPlanNote(session.PairToolResults(turn.Messages), turn),
 		Settings:     r.def.ModelSettings,
 	}
 	if turn.ModelCalls >= r.def.MaxModelCallsPerTurn {
+		return req
+	}
+	if turn.Mode == session.ModePlanning {
+		// A planning turn offers only write_todos.
+		req.Tools = []agent.ToolDefinition{session.BuiltInToolDefinitions[agent.BuiltInWriteTodos]}
+		req.ToolChoice = agent.ToolChoiceAuto
+		draft := turn.Plan != nil && turn.Plan.Status == session.PlanDraft
+		if r.def.PlanningToolChoice == agent.ToolChoiceRequired && turn.ModelCalls == 0 && !draft {
+			req.ToolChoice = agent.ToolChoiceRequired
+		}
 		return req
 	}
 	for _, t := range r.def.Tools {
@@ -106,6 +116,26 @@ func (r *Runner) Request(turn session.TurnContext) agent.ModelRequest {
 		req.ToolChoice = agent.ToolChoiceAuto
 	}
 	return req
+}
+
+// withPlanNote shows the model the plan, as user text before the turn's
+// items, in every model call of a turn that plans or has a plan.
+func withPlanNote(input []agent.Message, turn session.TurnContext) []agent.Message {
+	note := session.PlanNote(turn.Plan, turn.Mode)
+	if note == "" {
+		return input
+	}
+	at := len(input)
+	for i, m := range input {
+		if m.TurnID == turn.TurnID {
+			at = i
+			break
+		}
+	}
+	out := make([]agent.Message, 0, len(input)+1)
+	out = append(out, input[:at]...)
+	out = append(out, agent.Message{TurnID: turn.TurnID, Role: agent.RoleUser, Text: note})
+	return append(out, input[at:]...)
 }
 
 // RunModelStep makes one model call.
@@ -148,6 +178,12 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 	req := r.Request(turn)
 	req.Input = append(req.Input, lead...)
 	req.Settings = model.Settings
+	if f, ok := model.Client.(agent.ForcedToolChoice); ok && req.ToolChoice == agent.ToolChoiceRequired && !f.SupportsForcedToolChoice(req.Settings) {
+		return session.ModelOutcome{
+			Kind: session.OutcomeTurnCompleted, Options: r.options(),
+			TurnError: "the model cannot be forced to call write_todos with these settings; set planningToolChoice to auto",
+		}, nil
+	}
 	if r.def.InstructionsFunc != nil {
 		instructions, err := r.def.InstructionsFunc(agent.InstructionContext{
 			SessionID: turn.SessionID, TurnID: turn.TurnID, ModelCalls: turn.ModelCalls, Attempt: turn.Attempt,

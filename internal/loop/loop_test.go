@@ -134,8 +134,8 @@ func TestRequest(t *testing.T) {
 		wantTools  []string
 		wantChoice agent.ToolChoice
 	}{
-		{0, []string{"lookup", "refund", "durable_wait", "ask_user"}, agent.ToolChoiceAuto},
-		{2, []string{"lookup", "refund", "durable_wait", "ask_user"}, agent.ToolChoiceAuto},
+		{0, []string{"lookup", "refund", "durable_wait", "write_todos", "ask_user"}, agent.ToolChoiceAuto},
+		{2, []string{"lookup", "refund", "durable_wait", "write_todos", "ask_user"}, agent.ToolChoiceAuto},
 		{3, nil, ""},
 		{4, nil, ""},
 	}
@@ -170,7 +170,7 @@ func TestRequest(t *testing.T) {
 
 	req := r.Request(userTurn("x"))
 	wantAsk := session.BuiltInToolDefinitions[agent.BuiltInAskUser]
-	got := req.Tools[3]
+	got := req.Tools[4]
 	if got.Name != wantAsk.Name || got.Description != wantAsk.Description || string(got.Parameters) != string(wantAsk.Parameters) {
 		t.Errorf("ask_user offered as %+v", got)
 	}
@@ -782,3 +782,99 @@ func TestParseRunStateReadsStatesFromBeforeContinuations(t *testing.T) {
 		t.Error("parseRunState accepted a broken state")
 	}
 }
+
+func TestPlanningRequests(t *testing.T) {
+	def := agent.Definition{
+		Instructions: "Plan.", Tools: []agent.Tool{lookupTool(t, nil)},
+		BuiltInTools:    []agent.BuiltInTool{agent.BuiltInWriteTodos, agent.BuiltInAskUser},
+		PlanModeEnabled: true,
+	}
+	draft := &session.Plan{Revision: 1, Status: session.PlanDraft, Todos: []session.Todo{{Content: "a", Status: session.TodoPending}}}
+	cases := []struct {
+		name       string
+		choice     agent.ToolChoice
+		mode       session.InteractionMode
+		plan       *session.Plan
+		modelCalls int
+		wantTools  []string
+		wantChoice agent.ToolChoice
+		wantNote   string
+	}{
+		{"a planning turn offers only write_todos", agent.ToolChoiceAuto, session.ModePlanning, nil, 0,
+			[]string{"write_todos"}, agent.ToolChoiceAuto, "This is a planning turn"},
+		{"required forces the first call without a draft", agent.ToolChoiceRequired, session.ModePlanning, nil, 0,
+			[]string{"write_todos"}, agent.ToolChoiceRequired, "none yet"},
+		{"required does not force later calls", agent.ToolChoiceRequired, session.ModePlanning, nil, 1,
+			[]string{"write_todos"}, agent.ToolChoiceAuto, "This is a planning turn"},
+		{"required does not force feedback on a draft", agent.ToolChoiceRequired, session.ModePlanning, draft, 0,
+			[]string{"write_todos"}, agent.ToolChoiceAuto, "(revision 1, draft)"},
+		{"an executing turn offers every tool and shows the plan", agent.ToolChoiceRequired, session.ModeExecuting, draft, 0,
+			[]string{"lookup", "write_todos", "ask_user"}, agent.ToolChoiceAuto, "Execute the plan"},
+		{"a chat turn without a plan has no note", agent.ToolChoiceAuto, session.ModeChat, nil, 0,
+			[]string{"lookup", "write_todos", "ask_user"}, agent.ToolChoiceAuto, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := def
+			d.PlanningToolChoice = c.choice
+			r := newRunner(t, d)
+			turn := userTurn("second")
+			turn.TurnID = "turn-2"
+			turn.Messages = []agent.Message{
+				{Sequence: 1, TurnID: "turn-1", Role: agent.RoleUser, Text: "first"},
+				{Sequence: 2, TurnID: "turn-1", Role: agent.RoleAssistant, Text: "ok"},
+				{Sequence: 3, TurnID: "turn-2", Role: agent.RoleUser, Text: "second"},
+			}
+			turn.Mode, turn.Plan, turn.ModelCalls = c.mode, c.plan, c.modelCalls
+			req := r.Request(turn)
+			if got := toolNames(req.Tools); !slices.Equal(got, c.wantTools) {
+				t.Errorf("tools = %v, want %v", got, c.wantTools)
+			}
+			if req.ToolChoice != c.wantChoice {
+				t.Errorf("tool choice = %q, want %q", req.ToolChoice, c.wantChoice)
+			}
+			var texts []string
+			for _, m := range req.Input {
+				texts = append(texts, m.Text)
+			}
+			if c.wantNote == "" {
+				if len(texts) != 3 {
+					t.Errorf("input = %q, want no note", texts)
+				}
+				return
+			}
+			// The note comes before the turn's items, after earlier turns.
+			if len(texts) != 4 || !strings.Contains(texts[2], c.wantNote) || texts[3] != "second" || texts[1] != "ok" {
+				t.Errorf("input = %q, want the note with %q before the turn's first message", texts, c.wantNote)
+			}
+		})
+	}
+}
+
+func TestAForcedPlanningCallTheModelRefusesFailsTheTurn(t *testing.T) {
+	calls := 0
+	model := refusingModel{agent.NewScriptedModel(func(agent.ModelRequest) (agent.ScriptedReply, error) {
+		calls++
+		return agent.ScriptedReply{Text: "x"}, nil
+	})}
+	plain := agent.NewScriptedModel(agent.DemoScript)
+	// The agent's own model takes a forced choice; the one a session's
+	// settings choose does not.
+	choices := agent.ModelChoices{Default: agent.ModelChoice{Client: plain}, Named: map[string]agent.ModelChoice{"thinking": {Client: model}}}
+	r := newRunner(t, agent.Definition{
+		Model: plain, ResolveModel: choices.Resolve, PlanModeEnabled: true, PlanningToolChoice: agent.ToolChoiceRequired,
+		BuiltInTools: []agent.BuiltInTool{agent.BuiltInWriteTodos},
+	})
+	turn := userTurn("plan")
+	turn.Mode = session.ModePlanning
+	turn.Settings = json.RawMessage(`{"model":"thinking"}`)
+	out, err := r.RunModelStep(context.Background(), turn)
+	if err != nil || out.Kind != session.OutcomeTurnCompleted || !strings.Contains(out.TurnError, "cannot be forced to call write_todos") || calls != 0 {
+		t.Errorf("RunModelStep = %+v, %v after %d calls; want the turn failed before any call", out, err, calls)
+	}
+}
+
+// refusingModel never accepts a forced tool choice.
+type refusingModel struct{ *agent.ScriptedModel }
+
+func (refusingModel) SupportsForcedToolChoice(agent.ModelSettings) bool { return false }

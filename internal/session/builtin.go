@@ -32,6 +32,17 @@ var BuiltInToolDefinitions = map[agent.BuiltInTool]agent.ToolDefinition{
 			`"reason":{"type":"string","description":"Why the wait is needed."}},` +
 			`"required":["duration_seconds","reason"],"additionalProperties":false}`),
 	},
+	agent.BuiltInWriteTodos: {
+		Name: string(agent.BuiltInWriteTodos),
+		Description: "Replace the plan with this list of tasks, as a whole. Keep each task's status current: " +
+			"pending, in_progress or completed. An empty list clears the plan.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"todos":{"type":"array","items":{"type":"object","properties":{` +
+			`"content":{"type":"string","description":"What the task does."},` +
+			`"status":{"type":"string","enum":["pending","in_progress","completed"]}},` +
+			`"required":["content","status"],"additionalProperties":false}}},` +
+			`"required":["todos"],"additionalProperties":false}`),
+	},
 }
 
 // AskUserArguments are the decoded arguments of an ask_user call.

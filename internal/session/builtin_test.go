@@ -212,7 +212,9 @@ func TestBuiltInToolDefinitionsAreOfferable(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := BuiltInToolDefinitions[agent.BuiltInWriteTodos]; ok {
-		t.Error("write_todos has a definition, but this worker does not run plans")
+	for _, b := range []agent.BuiltInTool{agent.BuiltInAskUser, agent.BuiltInDurableWait, agent.BuiltInWriteTodos} {
+		if _, ok := BuiltInToolDefinitions[b]; !ok {
+			t.Errorf("%s has no definition", b)
+		}
 	}
 }

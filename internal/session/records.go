@@ -137,6 +137,8 @@ type Interrupt struct {
 type UserMessage struct {
 	ID   string `json:"id"`
 	Text string `json:"text"`
+	// PlanMode asks for a planning turn.
+	PlanMode bool `json:"planMode,omitempty"`
 }
 
 // Turn is the active turn.

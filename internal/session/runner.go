@@ -36,6 +36,9 @@ type TurnContext struct {
 	// Settings are the session settings the turn started with, as a JSON
 	// object; nil when there are none.
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// Plan is the session's plan, nil when there is none; the model sees
+	// it in every call.
+	Plan *Plan `json:"plan,omitempty"`
 	// Events writes the Step's events; set by the engine binding.
 	Events EventWriter `json:"-"`
 	// Heartbeat records liveness; set by the engine binding.

@@ -38,6 +38,11 @@ type Snapshot struct {
 	// SessionSettings are the settings the next turn starts with, not
 	// necessarily the running turn's.
 	SessionSettings json.RawMessage `json:"sessionSettings"`
+	// Plan is the session's plan, nil until write_todos first succeeds.
+	Plan *Plan `json:"plan"`
+	// PendingPlanExecution is the plan revision approved by execute_plan
+	// that no turn has started yet; zero when none.
+	PendingPlanExecution int `json:"pendingPlanExecution,omitempty"`
 }
 
 // Snapshot returns the session as a UI shows it: the state, the last 200
@@ -45,13 +50,15 @@ type Snapshot struct {
 // queued messages.
 func (s *State) Snapshot() Snapshot {
 	snap := Snapshot{
-		Messages:          []agent.Message{},
-		PendingInterrupts: append([]Interrupt{}, s.Interrupts...),
-		ToolCalls:         []ToolCallRecord{},
-		Usage:             s.Usage,
-		QueuedMessages:    append([]UserMessage{}, s.Queued...),
-		SteeredMessages:   append([]UserMessage{}, s.Steered...),
-		SessionSettings:   json.RawMessage("{}"),
+		Messages:             []agent.Message{},
+		PendingInterrupts:    append([]Interrupt{}, s.Interrupts...),
+		ToolCalls:            []ToolCallRecord{},
+		Usage:                s.Usage,
+		QueuedMessages:       append([]UserMessage{}, s.Queued...),
+		SteeredMessages:      append([]UserMessage{}, s.Steered...),
+		SessionSettings:      json.RawMessage("{}"),
+		Plan:                 s.Plan,
+		PendingPlanExecution: s.PendingPlanExecution,
 	}
 	if len(s.Settings) > 0 {
 		snap.SessionSettings = append(json.RawMessage(nil), s.Settings...)

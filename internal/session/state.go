@@ -40,6 +40,15 @@ type State struct {
 	// Settings are the session settings the next turn starts with, as
 	// compact JSON; nil when there are none.
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// Plan is the session's plan; nil until write_todos first succeeds.
+	Plan *Plan `json:"plan,omitempty"`
+	// PendingPlanExecution is the plan revision execute_plan approved and
+	// no turn has started yet; zero when none.
+	PendingPlanExecution int `json:"pendingPlanExecution,omitempty"`
+	// PlanModeEnabled says whether messages may ask for a planning turn. It
+	// is the worker's configuration, set by the engine binding on every run,
+	// not session state.
+	PlanModeEnabled bool `json:"-"`
 }
 
 // Rejection is the reason an RPC returns false. Nothing changed.
@@ -86,24 +95,40 @@ func (s *State) Start(in StartInput) []Event {
 	return s.BeginTurn()
 }
 
-// CheckUserMessage is send_user_message's validator.
-func (s *State) CheckUserMessage(text string) error {
-	if !s.Started {
+// SendRequest is send_user_message's input.
+type SendRequest struct {
+	Text string `json:"text"`
+	// PlanMode asks for a planning turn; plan mode must be enabled.
+	PlanMode bool `json:"planMode,omitempty"`
+}
+
+// CheckSend is send_user_message's validator.
+func (s *State) CheckSend(req SendRequest) error {
+	switch {
+	case !s.Started:
 		return reject("the session has not started")
-	}
-	if strings.TrimSpace(text) == "" {
+	case strings.TrimSpace(req.Text) == "":
 		return reject("the message text is blank")
+	case req.PlanMode && !s.PlanModeEnabled:
+		return reject("plan mode is not enabled for this agent")
 	}
 	return nil
 }
 
-// QueueUserMessage is send_user_message: the message waits for the running
-// turn to end.
-func (s *State) QueueUserMessage(text string) (UserMessage, error) {
-	if err := s.CheckUserMessage(text); err != nil {
+// Send is send_user_message: the message waits for the running turn to end.
+func (s *State) Send(req SendRequest) (UserMessage, error) {
+	if err := s.CheckSend(req); err != nil {
 		return UserMessage{}, err
 	}
-	return s.queue(text), nil
+	m := s.queue(req.Text)
+	s.Queued[len(s.Queued)-1].PlanMode = req.PlanMode
+	m.PlanMode = req.PlanMode
+	return m, nil
+}
+
+// QueueUserMessage sends a chat message.
+func (s *State) QueueUserMessage(text string) (UserMessage, error) {
+	return s.Send(SendRequest{Text: text})
 }
 
 func (s *State) queue(text string) UserMessage {
@@ -112,36 +137,60 @@ func (s *State) queue(text string) UserMessage {
 	return m
 }
 
-// CanBeginTurn reports whether AwaitUserMessage has a message to start a
-// turn with.
+// CanBeginTurn reports whether AwaitUserMessage has a message or a plan
+// approval to start a turn with.
 func (s *State) CanBeginTurn() bool {
-	return s.Turn == nil && (len(s.Queued) > 0 || len(s.Steered) > 0)
+	return s.Turn == nil && (len(s.Queued) > 0 || len(s.Steered) > 0 || s.planExecutionPending())
 }
 
 // BeginTurn is AwaitUserMessage, or ApplyTurnControl with steered messages:
-// it stores every steered message in order, or else the next queued one, as
-// the turn's first messages and starts a chat turn.
+// it starts a turn with every steered message in order, or else the next
+// queued one, or else an approved plan. A turn plans when one of its
+// messages asks for plan mode or a draft plan waits for review.
 func (s *State) BeginTurn() []Event {
-	if !s.CanBeginTurn() {
-		return nil
+	for s.CanBeginTurn() {
+		var msgs []UserMessage
+		switch {
+		case len(s.Steered) > 0:
+			msgs, s.Steered = s.Steered, nil
+		case len(s.Queued) > 0:
+			msgs, s.Queued = s.Queued[:1], s.Queued[1:]
+		default:
+			if events := s.beginPlanExecution(); events != nil {
+				return events
+			}
+			// A stale approval is dropped; look again.
+			continue
+		}
+		mode := ModeChat
+		if s.Plan != nil && s.Plan.Status == PlanDraft {
+			mode = ModePlanning
+		}
+		texts := make([]string, 0, len(msgs))
+		for _, m := range msgs {
+			texts = append(texts, m.Text)
+			if m.PlanMode {
+				mode = ModePlanning
+			}
+		}
+		return s.startTurn(mode, texts)
 	}
-	var msgs []UserMessage
-	if len(s.Steered) > 0 {
-		msgs, s.Steered = s.Steered, nil
-	} else {
-		msgs, s.Queued = s.Queued[:1], s.Queued[1:]
-	}
+	return nil
+}
+
+// startTurn stores a turn's user messages and starts it.
+func (s *State) startTurn(mode InteractionMode, texts []string) []Event {
 	s.TurnCount++
 	turn := &Turn{
-		ID: fmt.Sprintf("turn-%d", s.TurnCount), Number: s.TurnCount, Mode: ModeChat,
+		ID: fmt.Sprintf("turn-%d", s.TurnCount), Number: s.TurnCount, Mode: mode,
 		FirstSequence: s.NextSequence, Settings: s.Settings,
 	}
 	s.Turn = turn
 	s.Status = StatusRunningModel
 	s.Mode = turn.Mode
 	first := s.NextSequence
-	for _, m := range msgs {
-		s.store(agent.Message{Role: agent.RoleUser, Text: m.Text})
+	for _, text := range texts {
+		s.store(agent.Message{Role: agent.RoleUser, Text: text})
 	}
 	return []Event{NewEvent(EventTurnStarted, turn.ID, map[string]any{"sequence": first})}
 }
@@ -166,7 +215,7 @@ func (s *State) TurnContext(turnID string) (TurnContext, error) {
 	tc := TurnContext{
 		SessionID: s.SessionID, TurnID: turnID, Mode: s.Turn.Mode,
 		Messages: s.Messages, ModelCalls: s.Turn.ModelCalls, RunState: s.Turn.RunState,
-		Settings: s.Turn.Settings,
+		Settings: s.Turn.Settings, Plan: s.Plan,
 	}
 	for _, r := range s.Turn.ToolCalls {
 		tc.ToolCalls = append(tc.ToolCalls, *r)
@@ -202,8 +251,14 @@ func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallR
 		turn.RunState = out.RunState
 		s.Status = StatusRunningTools
 		records := make([]*ToolCallRecord, 0, len(out.ToolCalls))
+		todoCalls := 0
 		for _, call := range out.ToolCalls {
-			r, evs := s.deferToolCall(call, now)
+			if call.Name == string(agent.BuiltInWriteTodos) {
+				todoCalls++
+			}
+		}
+		for _, call := range out.ToolCalls {
+			r, evs := s.deferToolCall(call, todoCalls > 1, now)
 			records = append(records, r)
 			events = append(events, evs...)
 		}
@@ -244,7 +299,8 @@ func checkToolCallIDs(turn *Turn, calls []DeferredToolCall) error {
 }
 
 // deferToolCall records one requested call and decides its first Step.
-func (s *State) deferToolCall(call DeferredToolCall, now time.Time) (*ToolCallRecord, []Event) {
+// repeatedTodos is true when the response called write_todos more than once.
+func (s *State) deferToolCall(call DeferredToolCall, repeatedTodos bool, now time.Time) (*ToolCallRecord, []Event) {
 	turn := s.Turn
 	r := &ToolCallRecord{
 		ID: call.ID, Name: call.Name, Arguments: call.Arguments, Order: len(turn.ToolCalls),
@@ -253,9 +309,14 @@ func (s *State) deferToolCall(call DeferredToolCall, now time.Time) (*ToolCallRe
 	}
 	turn.ToolCalls = append(turn.ToolCalls, r)
 	builtIn := agent.BuiltInTool(call.Name)
+	if turn.Mode == ModePlanning && builtIn != agent.BuiltInWriteTodos {
+		// Recorded final in this commit: the call never runs.
+		r.Effect, r.RequiresApproval = agent.EffectRead, false
+		return r, append([]Event{s.deferredEvent(r)}, s.finish(r, ToolCallRejected, PlanningOnlyText, "")...)
+	}
 	if builtIn == agent.BuiltInAskUser || builtIn == agent.BuiltInDurableWait || builtIn == agent.BuiltInWriteTodos {
 		if turn.Options.Enabled(builtIn) {
-			return r, s.deferBuiltIn(r, builtIn, now)
+			return r, s.deferBuiltIn(r, builtIn, repeatedTodos, now)
 		}
 	}
 	events := []Event{s.deferredEvent(r)}
@@ -276,7 +337,7 @@ func (s *State) deferredEvent(r *ToolCallRecord) Event {
 
 // deferBuiltIn routes a built-in call: no approval, the read effect, and a
 // call with invalid arguments fails at once.
-func (s *State) deferBuiltIn(r *ToolCallRecord, b agent.BuiltInTool, now time.Time) []Event {
+func (s *State) deferBuiltIn(r *ToolCallRecord, b agent.BuiltInTool, repeatedTodos bool, now time.Time) []Event {
 	r.BuiltIn, r.Effect, r.RequiresApproval = b, agent.EffectRead, false
 	events := []Event{s.deferredEvent(r)}
 	switch b {
@@ -299,7 +360,7 @@ func (s *State) deferBuiltIn(r *ToolCallRecord, b agent.BuiltInTool, now time.Ti
 			"tool_call_id": r.ID, "wait_until": until, "reason": args.Reason,
 		}))
 	default:
-		return append(events, s.finish(r, ToolCallFailed, "", "write_todos is not available on this worker: plans are not supported yet")...)
+		return append(events, s.writeTodos(r, repeatedTodos)...)
 	}
 }
 

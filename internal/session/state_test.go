@@ -149,8 +149,8 @@ func TestStart(t *testing.T) {
 
 func TestUserMessages(t *testing.T) {
 	notStarted := NewState("s1")
-	if err := notStarted.CheckUserMessage("hello"); !isRejection(err) {
-		t.Errorf("CheckUserMessage before start = %v, want a Rejection", err)
+	if err := notStarted.CheckSend(SendRequest{Text: "hello"}); !isRejection(err) {
+		t.Errorf("CheckSend before start = %v, want a Rejection", err)
 	}
 	if _, err := notStarted.QueueUserMessage("hello"); !isRejection(err) || len(notStarted.Queued) != 0 {
 		t.Errorf("QueueUserMessage before start = %v, queued %v", err, notStarted.Queued)
@@ -169,12 +169,12 @@ func TestUserMessages(t *testing.T) {
 		{" second ", true, "msg-2"},
 	}
 	for _, c := range cases {
-		err := s.CheckUserMessage(c.text)
+		err := s.CheckSend(SendRequest{Text: c.text})
 		if (err == nil) != c.wantOK {
-			t.Errorf("CheckUserMessage(%q) = %v, want ok=%v", c.text, err, c.wantOK)
+			t.Errorf("CheckSend(%q) = %v, want ok=%v", c.text, err, c.wantOK)
 		}
 		if err != nil && !isRejection(err) {
-			t.Errorf("CheckUserMessage(%q) error %T is not a *Rejection", c.text, err)
+			t.Errorf("CheckSend(%q) error %T is not a *Rejection", c.text, err)
 		}
 		m, err := s.QueueUserMessage(c.text)
 		if !c.wantOK {
@@ -434,11 +434,10 @@ func TestBuiltInToolCallsAreRouted(t *testing.T) {
 			opts: disabled, call: call("w1", "durable_wait", `{"duration_seconds":30,"reason":"build"}`, readPolicy),
 			wantStatus: ToolCallApproved, wantEffect: agent.EffectRead,
 			wantEvents: []EventType{EventToolCallDeferred}},
-		{name: "write_todos enabled fails: plans are not supported",
+		{name: "write_todos enabled settles in the commit",
 			opts: allBuiltIns, call: call("p1", "write_todos", `{"todos":[]}`, unknownPolicy),
-			wantStatus: ToolCallFailed, wantBuiltIn: agent.BuiltInWriteTodos, wantEffect: agent.EffectRead,
-			wantError:  "write_todos is not available on this worker: plans are not supported yet",
-			wantEvents: []EventType{EventToolCallDeferred, EventToolCallFinished}},
+			wantStatus: ToolCallSucceeded, wantBuiltIn: agent.BuiltInWriteTodos, wantEffect: agent.EffectRead,
+			wantEvents: []EventType{EventToolCallDeferred, EventToolCallFinished, EventPlanUpdated}},
 		{name: "write_todos disabled is an ordinary tool",
 			opts: disabled, call: call("p1", "write_todos", `{}`, idemPolicy),
 			wantStatus: ToolCallApproved, wantEffect: agent.EffectIdempotentWrite,

@@ -47,6 +47,16 @@ type Definition struct {
 	// RunModelLimit, when set, changes RunModel's timeout, attempts and
 	// retry budget.
 	RunModelLimit *StepLimit
+	// PlanModeEnabled lets messages ask for a planning turn, which offers
+	// only write_todos so the user reviews a plan before it runs. It needs
+	// the write_todos built-in tool.
+	PlanModeEnabled bool
+	// PlanningToolChoice is ToolChoiceAuto (the default: a planning turn may
+	// answer in text, such as with a clarifying question) or
+	// ToolChoiceRequired (the first model call of a planning turn must call
+	// write_todos while no draft exists), which a model that cannot be
+	// forced to call a tool refuses.
+	PlanningToolChoice ToolChoice
 	// DecideTurnContinuation, when set, decides at the end of each loop
 	// iteration whether the turn ends or continues. After tool calls it runs
 	// in the next RunModel before the model call; after an answer, in the
@@ -115,6 +125,18 @@ func (d Definition) Validate() error {
 			problems = append(problems, fmt.Errorf("two function tools are named %s", t.Name))
 		}
 		names[t.Name] = true
+	}
+	if d.PlanModeEnabled && !enabled[string(BuiltInWriteTodos)] {
+		problems = append(problems, errors.New("planModeEnabled needs the write_todos built-in tool: a planning turn writes its plan with it"))
+	}
+	switch d.PlanningToolChoice {
+	case "", ToolChoiceAuto:
+	case ToolChoiceRequired:
+		if f, ok := d.Model.(ForcedToolChoice); ok && !f.SupportsForcedToolChoice(d.ModelSettings) {
+			problems = append(problems, errors.New("planningToolChoice required: the model cannot be forced to call a tool with these settings (extended thinking refuses it); use auto"))
+		}
+	default:
+		problems = append(problems, fmt.Errorf("planningToolChoice must be auto or required, not %q", d.PlanningToolChoice))
 	}
 	for name, p := range d.ToolPolicies {
 		if !p.Effect.Valid() {

@@ -71,6 +71,19 @@ func TestDefinitionValidate(t *testing.T) {
 		{name: "negative model call limit",
 			def:     agent.Definition{Model: scripted(), MaxModelCallsPerTurn: -1},
 			wantErr: []string{"maxModelCallsPerTurn must be at least 1, not -1"}},
+		{name: "plan mode with write_todos",
+			def: agent.Definition{Model: scripted(), PlanModeEnabled: true, PlanningToolChoice: agent.ToolChoiceRequired,
+				BuiltInTools: []agent.BuiltInTool{agent.BuiltInWriteTodos}}},
+		{name: "plan mode without write_todos",
+			def:     agent.Definition{Model: scripted(), PlanModeEnabled: true},
+			wantErr: []string{"planModeEnabled needs the write_todos built-in tool"}},
+		{name: "an unknown planning tool choice",
+			def:     agent.Definition{Model: scripted(), PlanningToolChoice: "sometimes"},
+			wantErr: []string{`planningToolChoice must be auto or required, not "sometimes"`}},
+		{name: "a required planning tool choice the model refuses",
+			def: agent.Definition{Model: unforceable{scripted()}, PlanningToolChoice: agent.ToolChoiceRequired,
+				ModelSettings: agent.ModelSettings{ReasoningEffort: "high"}},
+			wantErr: []string{"planningToolChoice required: the model cannot be forced to call a tool"}},
 		{name: "every problem is reported",
 			def: agent.Definition{ToolPolicies: map[string]agent.Policy{"x": {Effect: "bad"}},
 				Tools: []agent.Tool{namedTool(t, "a", agent.EffectRead), namedTool(t, "a", agent.EffectRead)}},
@@ -174,4 +187,12 @@ func TestDefinitionTool(t *testing.T) {
 	if _, ok := def.Tool("c"); ok {
 		t.Error("Tool(c) found a tool that does not exist")
 	}
+}
+
+// unforceable refuses a forced tool choice whenever reasoning is on, as
+// extended thinking does.
+type unforceable struct{ agent.ModelClient }
+
+func (unforceable) SupportsForcedToolChoice(s agent.ModelSettings) bool {
+	return s.ReasoningEffort == ""
 }

@@ -35,6 +35,16 @@ type (
 	Interrupt = session.Interrupt
 	// ToolCallRecord is a tool call of the active turn.
 	ToolCallRecord = session.ToolCallRecord
+	// Plan is the session's plan.
+	Plan = session.Plan
+)
+
+// Plan statuses.
+const (
+	PlanDraft     = session.PlanDraft
+	PlanActive    = session.PlanActive
+	PlanCompleted = session.PlanCompleted
+	PlanCleared   = session.PlanCleared
 )
 
 // Interrupt kinds.
@@ -148,10 +158,34 @@ func requestID() string {
 	return hex.EncodeToString(b)
 }
 
+// SendOption changes how Send sends a message.
+type SendOption func(*engine.SendRequest)
+
+// InPlanMode sends a message that starts a planning turn: the model may only
+// write the plan, which the user then reviews and approves with
+// ExecutePlan. The Agent must enable plan mode.
+func InPlanMode() SendOption {
+	return func(r *engine.SendRequest) { r.PlanMode = true }
+}
+
 // Send queues a user message; it starts a turn when none runs. It reports
-// false for blank text.
-func (s *Sessions) Send(ctx context.Context, sessionID, text string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, engine.SendRequest{Text: text})
+// false for blank text, and for a plan mode message when plan mode is off.
+// While a draft plan exists, every message starts a planning turn that
+// revises it.
+func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...SendOption) (bool, error) {
+	req := engine.SendRequest{Text: text}
+	for _, opt := range opts {
+		opt(&req)
+	}
+	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, req)
+}
+
+// ExecutePlan approves a plan revision: the session starts a turn that
+// executes it. It reports true only while the session waits for a message,
+// the plan has that revision and is draft or active, no execution of it is
+// pending, and no message is queued or steered.
+func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision int) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateExecutePlan, session.ExecutePlanRequest{Revision: revision})
 }
 
 // Steer steers the running turn with new text: the turn ends at its next

@@ -210,3 +210,83 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 		t.Errorf("the session's end = %v, want the invalid settings reason", err)
 	}
 }
+
+// TestAPlanIsReviewedThenExecuted runs plan mode on the dev server: a
+// planning turn writes a draft, the user approves its revision, and an
+// executing turn runs it to completion.
+func TestAPlanIsReviewedThenExecuted(t *testing.T) {
+	server := enginetest.StartDevServer(t)
+	c := server.Client()
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		texts := agent.UserTexts(req)
+		last := texts[len(texts)-1]
+		if len(agent.ToolResults(req)) > 0 {
+			if strings.Contains(last, "approved plan revision") {
+				return agent.ScriptedReply{Text: "Plan done."}, nil
+			}
+			return agent.ScriptedReply{Text: "Here is the plan."}, nil
+		}
+		todo := func(status string) []map[string]string {
+			return []map[string]string{{"content": "migrate", "status": status}, {"content": "verify", "status": status}}
+		}
+		if strings.Contains(last, "approved plan revision") {
+			return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "t2", Name: "write_todos", Arguments: map[string]any{"todos": todo("completed")}}}}, nil
+		}
+		if len(req.Tools) == 1 && req.Tools[0].Name == "write_todos" {
+			return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "t1", Name: "write_todos", Arguments: map[string]any{"todos": todo("pending")}}}}, nil
+		}
+		return agent.ScriptedReply{Text: "chat"}, nil
+	})
+	runner, err := loop.New(agent.Definition{Name: "planner", Model: model, PlanModeEnabled: true,
+		BuiltInTools: []agent.BuiltInTool{agent.BuiltInWriteTodos}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Planner", TaskQueue: client.TaskQueue("Planner"), TaskSlots: 4, Runner: runner, PlanMode: true})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	s := client.New(c, "Planner", "")
+	ctx := context.Background()
+	if ok, err := s.Start(ctx, "s1", ""); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	if ok, err := s.Send(ctx, "s1", "Plan the migration", client.InPlanMode()); !ok || err != nil {
+		t.Fatalf("Send in plan mode = %v, %v", ok, err)
+	}
+	var snap client.Snapshot
+	enginetest.Eventually(t, time.Minute, "the draft", func() (bool, error) {
+		snap, err = s.Snapshot(ctx, "s1")
+		return err == nil && snap.State.TurnCount == 1 && snap.State.ActiveTurnID == "", err
+	})
+	if snap.Plan == nil || snap.Plan.Status != client.PlanDraft || snap.Plan.Revision != 1 || len(snap.Plan.Todos) != 2 {
+		t.Fatalf("plan = %+v, want a draft of revision 1", snap.Plan)
+	}
+	if ok, err := s.ExecutePlan(ctx, "s1", 2); ok || err != nil {
+		t.Errorf("ExecutePlan of a revision that does not exist = %v, %v", ok, err)
+	}
+	if ok, err := s.ExecutePlan(ctx, "s1", 1); !ok || err != nil {
+		t.Fatalf("ExecutePlan = %v, %v", ok, err)
+	}
+	enginetest.Eventually(t, time.Minute, "the executing turn", func() (bool, error) {
+		snap, err = s.Snapshot(ctx, "s1")
+		return err == nil && snap.State.TurnCount == 2 && snap.State.ActiveTurnID == "", err
+	})
+	if snap.Plan.Status != client.PlanCompleted || snap.Plan.Revision != 2 || snap.PendingPlanExecution != 0 {
+		t.Errorf("plan = %+v (pending %d), want revision 2 completed", snap.Plan, snap.PendingPlanExecution)
+	}
+	var turn2 []string
+	for _, m := range snap.Messages {
+		if m.TurnID == "turn-2" {
+			turn2 = append(turn2, string(m.Role)+": "+m.Text)
+		}
+	}
+	if len(turn2) != 4 || turn2[0] != "user: [stepwise] The user approved plan revision 1. Execute it and keep the task statuses current with write_todos." ||
+		turn2[3] != "assistant: Plan done." {
+		t.Errorf("turn 2 = %q", turn2)
+	}
+	if ok, err := s.ExecutePlan(ctx, "s1", 2); ok || err != nil {
+		t.Errorf("ExecutePlan of a completed plan = %v, %v", ok, err)
+	}
+}

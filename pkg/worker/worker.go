@@ -141,6 +141,10 @@ func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error)
 	for _, b := range d.BuiltInTools {
 		def.BuiltInTools = append(def.BuiltInTools, agent.BuiltInTool(b))
 	}
+	if pm := d.PlanMode; pm != nil {
+		def.PlanModeEnabled = true
+		def.PlanningToolChoice = agent.ToolChoice(pm.PlanningToolChoice)
+	}
 	if opts.Customize != nil {
 		opts.Customize(&def)
 	}
@@ -285,7 +289,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	}
 	w := engine.NewWorker(c, engine.WorkerOptions{
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
-		Runner: runner, Events: ring, Timings: timings,
+		Runner: runner, Events: ring, Timings: timings, PlanMode: def.PlanModeEnabled,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout},
 	})
 

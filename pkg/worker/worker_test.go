@@ -881,3 +881,20 @@ func TestAnAnthropicModelUsesTheMessagesAPI(t *testing.T) {
 		t.Fatalf("CallModel = %q, %v; %s with %q", resp.Text(), err, path, key)
 	}
 }
+
+func TestDefinitionTakesPlanModeFromTheConfiguration(t *testing.T) {
+	cfg := demoConfig()
+	cfg.Definition.BuiltInTools = []string{"write_todos"}
+	cfg.Definition.PlanMode = &workerconfig.PlanMode{PlanningToolChoice: "required"}
+	def, err := Definition(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !def.PlanModeEnabled || def.PlanningToolChoice != agent.ToolChoiceRequired {
+		t.Errorf("plan mode = %v, %q", def.PlanModeEnabled, def.PlanningToolChoice)
+	}
+	cfg.Definition.BuiltInTools = nil
+	if _, err := Definition(cfg, Options{}); err == nil || !strings.Contains(err.Error(), "planModeEnabled needs the write_todos built-in tool") {
+		t.Errorf("plan mode without write_todos = %v", err)
+	}
+}
