@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -48,7 +49,7 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 	turn.Attempt = int(info.Attempt)
 	turn.Events = a.writer(ctx, in.TurnID)
 	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
-	stop := heartbeatInBackground(ctx)
+	stop := heartbeatInBackground(ctx, turn.Heartbeat)
 	defer stop()
 	out, err := a.Runner.RunModelStep(ctx, turn)
 	out.Attempt = turn.Attempt
@@ -86,16 +87,88 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.To
 	events.Write(session.NewEvent(session.EventToolCallStarted, in.TurnID, map[string]string{
 		"tool_call_id": in.Call.ID, "tool_name": in.Call.Name,
 	}))
-	// The heartbeat marks the attempt as started: a Step that heartbeated
-	// ran, so its failure is never recorded as "did not run".
-	activity.RecordHeartbeat(ctx, stepStartedMark)
-	stop := heartbeatInBackground(ctx)
+	exec, stop := a.execution(ctx, in)
 	defer stop()
-	return a.Runner.ExecuteToolCall(ctx, session.ToolExecution{
+	out, err := a.Runner.ExecuteToolCall(ctx, exec)
+	if err == nil && out.Kind == session.ToolResultTaskStarted {
+		if _, polls := a.Runner.(session.TaskRunner); !polls {
+			// The task runs on with no one to follow it.
+			kind := session.ToolResultOutcomeUnknown
+			if in.Call.Effect == agent.EffectRead {
+				kind = session.ToolResultFailed
+			}
+			return session.ToolOutcome{Kind: kind, Error: agent.MissingTaskPollerText(in.Call.Name)}, nil
+		}
+	}
+	return out, err
+}
+
+// execution is what a runner gets for one tool Step attempt. The attempt is
+// marked started by a heartbeat, so its failure is never recorded as "did
+// not run"; every heartbeat carries the latest checkpoint, which a retried
+// attempt reads.
+func (a *Activities) execution(ctx context.Context, in ToolStepInput) (session.ToolExecution, func()) {
+	info := activity.GetInfo(ctx)
+	var checkpoint checkpointDetail
+	if activity.HasHeartbeatDetails(ctx) {
+		_ = activity.GetHeartbeatDetails(ctx, &checkpoint.mark, &checkpoint.text)
+	}
+	saved := &savedCheckpoint{text: checkpoint.text}
+	beat := func() { activity.RecordHeartbeat(ctx, stepStartedMark, saved.get()) }
+	beat()
+	stop := heartbeatInBackground(ctx, beat)
+	return session.ToolExecution{
 		SessionID: info.WorkflowExecution.ID, TurnID: in.TurnID, Call: in.Call,
 		IdempotencyKey: in.IdempotencyKey, Attempt: int(info.Attempt),
-		Events: events, Heartbeat: func() { activity.RecordHeartbeat(ctx, stepStartedMark) },
-	})
+		Events: a.writer(ctx, in.TurnID), Heartbeat: beat,
+		Checkpoint:     checkpoint.text,
+		SaveCheckpoint: func(text string) { saved.set(text); beat() },
+	}, stop
+}
+
+// PollToolTask polls a call's task once.
+func (a *Activities) PollToolTask(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
+	poller, ok := a.Runner.(session.TaskRunner)
+	if !ok {
+		return session.ToolOutcome{}, temporal.NewNonRetryableApplicationError(agent.MissingTaskPollerText(in.Call.Name), "stepwise.MissingTaskPoller", nil)
+	}
+	exec, stop := a.execution(ctx, in)
+	defer stop()
+	return poller.PollToolTask(ctx, exec)
+}
+
+// CancelToolTask asks the runner to cancel an abandoned task, best effort.
+func (a *Activities) CancelToolTask(ctx context.Context, in ToolStepInput) error {
+	poller, ok := a.Runner.(session.TaskRunner)
+	if !ok {
+		return nil
+	}
+	exec, stop := a.execution(ctx, in)
+	defer stop()
+	return poller.CancelToolTask(ctx, exec)
+}
+
+type checkpointDetail struct {
+	mark, text string
+}
+
+// savedCheckpoint is an attempt's latest checkpoint, read by the background
+// heartbeat.
+type savedCheckpoint struct {
+	mu   sync.Mutex
+	text string
+}
+
+func (s *savedCheckpoint) get() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.text
+}
+
+func (s *savedCheckpoint) set(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.text = text
 }
 
 // ModelErrorType marks a failed model call in the Step's failure.
@@ -168,7 +241,7 @@ const stepStartedMark = "started"
 // heartbeatInBackground heartbeats six times per heartbeat timeout until
 // stopped, so a Step that is alive is never timed out, and a dead worker is
 // found within one timeout.
-func heartbeatInBackground(ctx context.Context) (stop func()) {
+func heartbeatInBackground(ctx context.Context, beat func()) (stop func()) {
 	timeout := activity.GetInfo(ctx).HeartbeatTimeout
 	if timeout <= 0 {
 		return func() {}
@@ -184,7 +257,7 @@ func heartbeatInBackground(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-ticker.C:
-				activity.RecordHeartbeat(ctx, stepStartedMark)
+				beat()
 			}
 		}
 	}()

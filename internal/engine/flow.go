@@ -330,6 +330,8 @@ func (r *run) runToolCall(ctx workflow.Context, id string) {
 			err = r.awaitTimer(ctx, rec)
 		case session.ToolCallApproved:
 			r.callTool(ctx, rec)
+		case session.ToolCallWaitingForTask:
+			err = r.pollTask(ctx, rec)
 		default:
 			return
 		}
@@ -396,7 +398,6 @@ func (r *run) awaitTimer(ctx workflow.Context, rec *session.ToolCallRecord) erro
 // the attempts run out.
 func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	step := session.ToolStep(rec.Effect)
-	turnID := r.s.Turn.ID
 	stepID := r.nextStepID(step, rec.ID)
 	if r.s.TurnControlRequested() && rec.InputQuestions == 0 {
 		// Steered or cancelled before the tool started: it never will.
@@ -405,10 +406,7 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	}
 	r.enter(step)
 	var out session.ToolOutcome
-	err := workflow.ExecuteActivity(r.toolOptions(ctx, stepID, rec), string(step), ToolStepInput{
-		TurnID: turnID, Call: *rec,
-		IdempotencyKey: session.IdempotencyKey(r.s.SessionID, turnID, rec.ID),
-	}).Get(ctx, &out)
+	err := workflow.ExecuteActivity(r.toolOptions(ctx, stepID, rec), string(step), r.toolInput(rec)).Get(ctx, &out)
 	r.leave(step)
 	if r.record(rec.ID) != rec {
 		// The turn ended while the Step ran; its outcome belongs to no turn.
@@ -432,6 +430,99 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	r.enter(route)
 	r.emit(stepID, r.s.RecordToolStepExhausted(rec.ID, stepStarted(err), failureDetail(err)))
 	r.leave(route)
+}
+
+// pollTask is PollToolTask: it waits on the engine's timer for the poll
+// interval (at once when a question's answer waits to be handed over), then
+// polls the task once, until the call is final or asks the user. A call
+// whose task cancel_turn abandoned goes to CancelToolTask; a poll running
+// then is cancelled and its result dropped.
+func (r *run) pollTask(ctx workflow.Context, rec *session.ToolCallRecord) error {
+	r.enter(session.StepPollToolTask)
+	defer r.leave(session.StepPollToolTask)
+	current := func() bool {
+		return r.record(rec.ID) == rec && rec.Status == session.ToolCallWaitingForTask && !rec.TaskAbandoned
+	}
+	for current() {
+		if wait := session.TaskPollDue(*rec); wait > 0 {
+			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return !current() }); err != nil {
+				return err
+			}
+			if !current() {
+				break
+			}
+		}
+		stepID := r.nextStepID(session.StepPollToolTask, rec.ID)
+		pollCtx, cancel := workflow.WithCancel(r.pollOptions(ctx, stepID))
+		future := workflow.ExecuteActivity(pollCtx, string(session.StepPollToolTask), r.toolInput(rec))
+		if err := workflow.Await(ctx, func() bool { return future.IsReady() || rec.TaskAbandoned }); err != nil {
+			cancel()
+			return err
+		}
+		if rec.TaskAbandoned {
+			// Whatever the running poll returns is dropped.
+			cancel()
+			break
+		}
+		var out session.ToolOutcome
+		err := future.Get(ctx, &out)
+		switch {
+		case r.record(rec.ID) != rec:
+			return nil
+		case err == nil && out.Kind == session.ToolResultInputRequested && out.Question != nil:
+			r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.Continuation, workflow.Now(ctx)))
+		case err == nil:
+			r.emit(stepID, r.s.RecordToolOutcome(rec.ID, out))
+		case temporal.IsCanceledError(err):
+			return err
+		default:
+			// The task started, so the call is recorded by its effect.
+			route := session.FailureRoute(rec.Effect)
+			r.enter(route)
+			r.emit(stepID, r.s.RecordToolStepExhausted(rec.ID, true, failureDetail(err)))
+			r.leave(route)
+		}
+	}
+	if r.record(rec.ID) == rec && rec.TaskAbandoned && !rec.Status.Final() {
+		r.cancelTask(ctx, rec)
+	}
+	return nil
+}
+
+// cancelTask is CancelToolTask: the tool is asked to cancel the abandoned
+// task, best effort, and the call is recorded outcome_unknown whatever the
+// cancellation's outcome.
+func (r *run) cancelTask(ctx workflow.Context, rec *session.ToolCallRecord) {
+	stepID := r.nextStepID(session.StepCancelToolTask, rec.ID)
+	spec, _ := session.Step(session.StepCancelToolTask)
+	r.enter(session.StepCancelToolTask)
+	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID: stepID, StartToCloseTimeout: spec.AttemptTimeout, ScheduleToCloseTimeout: spec.Retry.Within,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: r.flow.Timings.RetryInterval, BackoffCoefficient: 2, MaximumAttempts: int32(spec.Retry.MaxAttempts), //nolint:gosec // a handful of attempts
+		},
+	})
+	// A cancellation that keeps failing still ends the call.
+	_ = workflow.ExecuteActivity(opts, string(session.StepCancelToolTask), r.toolInput(rec)).Get(ctx, nil)
+	r.leave(session.StepCancelToolTask)
+	r.emit(stepID, r.s.RecordTaskAbandoned(rec.ID))
+}
+
+func (r *run) toolInput(rec *session.ToolCallRecord) ToolStepInput {
+	turnID := r.s.Turn.ID
+	return ToolStepInput{TurnID: turnID, Call: *rec, IdempotencyKey: session.IdempotencyKey(r.s.SessionID, turnID, rec.ID)}
+}
+
+func (r *run) pollOptions(ctx workflow.Context, stepID string) workflow.Context {
+	t := r.flow.Timings
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:          stepID,
+		StartToCloseTimeout: t.ToolAttempt,
+		HeartbeatTimeout:    t.Heartbeat,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: t.RetryInterval, BackoffCoefficient: 2, MaximumAttempts: t.ToolAttempts,
+		},
+	})
 }
 
 func (r *run) modelOptions(stepID string) workflow.Context {

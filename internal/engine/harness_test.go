@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -91,9 +90,7 @@ func newHarness(t *testing.T, def agent.Definition) *harness {
 	flow := &Flow{Events: h.events, Timings: timings}
 	h.env.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: testFlowType})
 	acts := &Activities{Runner: runner, State: envLoader{h.env}, Events: h.events}
-	h.env.RegisterActivityWithOptions(acts.RunModel, activity.RegisterOptions{Name: string(session.StepRunModel)})
-	h.env.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallTool)})
-	h.env.RegisterActivityWithOptions(acts.CallSingleAttemptTool, activity.RegisterOptions{Name: string(session.StepCallSingleAttemptTool)})
+	acts.Register(h.env)
 	return h
 }
 

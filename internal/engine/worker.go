@@ -48,9 +48,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode}
 	w.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: o.FlowType})
 	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
-	w.RegisterActivityWithOptions(acts.RunModel, activity.RegisterOptions{Name: string(session.StepRunModel)})
-	w.RegisterActivityWithOptions(acts.CallTool, activity.RegisterOptions{Name: string(session.StepCallTool)})
-	w.RegisterActivityWithOptions(acts.CallSingleAttemptTool, activity.RegisterOptions{Name: string(session.StepCallSingleAttemptTool)})
+	acts.Register(w)
 	return w
 }
 
@@ -77,4 +75,24 @@ func EnsureSearchAttribute(ctx context.Context, c client.Client, namespace strin
 		return fmt.Errorf("registering search attribute %s in namespace %s: %w", ActiveStepsAttribute, namespace, err)
 	}
 	return nil
+}
+
+// ActivityRegistry is where effect Steps are registered: a worker, or a
+// test environment.
+type ActivityRegistry interface {
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// Register registers each effect Step under its Step name, so the history
+// names the Step that ran.
+func (a *Activities) Register(r ActivityRegistry) {
+	for step, fn := range map[session.StepName]any{
+		session.StepRunModel:              a.RunModel,
+		session.StepCallTool:              a.CallTool,
+		session.StepCallSingleAttemptTool: a.CallSingleAttemptTool,
+		session.StepPollToolTask:          a.PollToolTask,
+		session.StepCancelToolTask:        a.CancelToolTask,
+	} {
+		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: string(step)})
+	}
 }

@@ -104,3 +104,59 @@ func TestCancelTurnDuringAModelCallDropsItsAnswer(t *testing.T) {
 		t.Errorf("usage %+v, last error %q; want only turn 2's model call counted", snap.Usage, snap.State.LastTurnError)
 	}
 }
+
+// TestAWorkerKilledWhilePollingAToolTaskOnlyDelaysThePoll kills the worker
+// in the middle of a poll: a new worker polls again, the task was started
+// once, and the session gets the task's result.
+func TestAWorkerKilledWhilePollingAToolTaskOnlyDelaysThePoll(t *testing.T) {
+	s := NewStack(t, "KillPoll")
+	gate := s.Gate("report_poll")
+	if err := gate.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	first := s.StartWorker()
+	sessions := client.New(s.Client, s.FlowType, "")
+	ctx := context.Background()
+	if ok, err := sessions.Start(ctx, "s1", "tools: report_task"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	if err := gate.WaitReached(waitLong); err != nil {
+		t.Fatal(err)
+	}
+	first.Kill()
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	second := s.StartWorker()
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: report_task=report job-c1 ready" {
+		t.Errorf("answer = %q", answer)
+	}
+	if starts := callsOf(s, "report_task"); len(starts) != 1 {
+		t.Errorf("the task was started %d times, want once", len(starts))
+	}
+	polls := callsOf(s, "report_poll")
+	if len(polls) < 2 || polls[0][3] != itoa(first.Pid()) || polls[len(polls)-1][3] != itoa(second.Pid()) {
+		t.Errorf("polls = %v, want the killed worker's poll repeated by the new one", polls)
+	}
+}
+
+// TestARetriedToolStepResumesTheTaskItsCheckpointNames kills the worker
+// after the tool started its task and saved the task ID: the retried attempt
+// reads the checkpoint and resumes the task instead of starting another.
+func TestARetriedToolStepResumesTheTaskItsCheckpointNames(t *testing.T) {
+	s := NewStack(t, "Checkpoint")
+	sessions, first, gate := stopAtGate(t, s, "report_task")
+	// Let a heartbeat carry the checkpoint to the engine.
+	time.Sleep(2500 * time.Millisecond)
+	first.Kill()
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	s.StartWorker()
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: report_task=report job-c1 ready" {
+		t.Errorf("answer = %q", answer)
+	}
+	if starts, resumed := callsOf(s, "report_task"), callsOf(s, "report_task_resumed"); len(starts) != 1 || len(resumed) != 1 || resumed[0][1] != "job-c1" {
+		t.Errorf("started %v, resumed %v; want one start and one resume of job-c1", starts, resumed)
+	}
+}

@@ -111,7 +111,11 @@ func TestRecordHistories(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered"} {
+	// Since 0.2.0: a tool task, polled until done.
+	must(sessions.Start(ctx, "task", "tools: report_task"))
+	lastAnswer(t, sessions, "task", 1)
+
+	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task"} {
 		var history historypb.History
 		it := s.Client.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		for it.HasNext() {

@@ -19,7 +19,10 @@ type Runner struct {
 	def agent.Definition
 }
 
-var _ session.Runner = (*Runner)(nil)
+var (
+	_ session.Runner     = (*Runner)(nil)
+	_ session.TaskRunner = (*Runner)(nil)
+)
 
 // New returns a runner for a definition, refusing one the session cannot
 // run.
@@ -315,17 +318,66 @@ func (r *Runner) ExecuteToolCall(ctx context.Context, call session.ToolExecution
 	if !ok {
 		return session.ToolOutcome{Kind: session.ToolResultFailed, Error: "unknown tool " + call.Call.Name}, nil
 	}
-	heartbeat := call.Heartbeat
+	output, err := tool.Call(ctx, toolContext(call), call.Call.Arguments)
+	if task, started := agent.IsTaskStarted(err); started {
+		if tool.Poller == nil {
+			kind := session.ToolResultOutcomeUnknown
+			if call.Call.Effect == agent.EffectRead {
+				kind = session.ToolResultFailed
+			}
+			return session.ToolOutcome{Kind: kind, Error: agent.MissingTaskPollerText(tool.Name)}, nil
+		}
+		return session.ToolOutcome{Kind: session.ToolResultTaskStarted, TaskID: task.TaskID, PollInterval: task.PollInterval}, nil
+	}
+	return toolOutcome(output, err)
+}
+
+// PollToolTask polls a function tool's task once.
+func (r *Runner) PollToolTask(ctx context.Context, call session.ToolExecution) (session.ToolOutcome, error) {
+	tool, ok := r.def.Tool(call.Call.Name)
+	if !ok || tool.Poller == nil {
+		return session.ToolOutcome{}, errors.New(agent.MissingTaskPollerText(call.Call.Name))
+	}
+	output, err := tool.Poller.PollTask(ctx, taskPoll(call))
+	if pending, ok := agent.IsTaskPending(err); ok {
+		return session.ToolOutcome{Kind: session.ToolResultTaskPending, PollInterval: pending.PollInterval, Continuation: pending.Continuation}, nil
+	}
+	return toolOutcome(output, err)
+}
+
+// CancelToolTask asks a function tool to cancel its abandoned task.
+func (r *Runner) CancelToolTask(ctx context.Context, call session.ToolExecution) error {
+	tool, ok := r.def.Tool(call.Call.Name)
+	if !ok || tool.Poller == nil {
+		return nil
+	}
+	return tool.Poller.CancelTask(ctx, taskPoll(call))
+}
+
+func toolContext(call session.ToolExecution) agent.ToolContext {
+	heartbeat, save := call.Heartbeat, call.SaveCheckpoint
 	if heartbeat == nil {
 		heartbeat = func() {}
 	}
-	tc := agent.ToolContext{
+	if save == nil {
+		save = func(string) {}
+	}
+	return agent.ToolContext{
 		SessionID: call.SessionID, TurnID: call.TurnID, ToolCallID: call.Call.ID,
 		IdempotencyKey: call.IdempotencyKey, Attempt: call.Attempt, Effect: call.Call.Effect,
 		Heartbeat: heartbeat, Events: toolEvents{w: call.Events, turnID: call.TurnID},
 		Answers: call.Call.InputAnswers, Continuation: call.Call.InputContinuation,
+		Checkpoint: call.Checkpoint, SaveCheckpoint: save,
 	}
-	output, err := tool.Call(ctx, tc, call.Call.Arguments)
+}
+
+func taskPoll(call session.ToolExecution) agent.TaskPoll {
+	return agent.TaskPoll{ToolContext: toolContext(call), TaskID: call.Call.TaskID, PendingAnswer: call.Call.TaskAnswer}
+}
+
+// toolOutcome maps what a tool or a poll returned onto a tool outcome; an
+// error the session does not know fails the attempt.
+func toolOutcome(output string, err error) (session.ToolOutcome, error) {
 	if err == nil {
 		return session.ToolOutcome{Kind: session.ToolResultSucceeded, Output: output}, nil
 	}

@@ -148,7 +148,7 @@ func (s *State) CancelTurn(req CancelRequest, now time.Time) ([]Event, error) {
 		return nil, nil
 	}
 	s.Turn.Control.Cancelled = true
-	return s.settleWaits(now), nil
+	return append(s.settleWaits(now), s.abandonTasks()...), nil
 }
 
 // TurnControlRequested reports whether the active turn was steered or
@@ -169,6 +169,10 @@ func (s *State) ModelCallCancelled() bool {
 func (s *State) settleWaits(_ time.Time) []Event {
 	var events []Event
 	for _, r := range s.Turn.ToolCalls {
+		if r.TaskID != "" {
+			// A started task, its questions included, is never rejected.
+			continue
+		}
 		switch r.Status {
 		case ToolCallAwaitingApproval, ToolCallAwaitingAnswer, ToolCallWaitingForTimer:
 			events = append(events, s.settle(r)...)

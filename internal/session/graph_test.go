@@ -92,7 +92,7 @@ func TestGraphFollowsTheSeedsStepOptions(t *testing.T) {
 		{StepCompactContext, 3, "15m0s", "2m0s", "30m0s"},
 		{StepCallTool, 3, "1h0m0s", "2m0s", ""},
 		{StepCallSingleAttemptTool, 1, "1h0m0s", "2m0s", ""},
-		{StepPollToolTask, 3, "", "", ""},
+		{StepPollToolTask, 3, "1h0m0s", "2m0s", ""},
 		{StepCancelToolTask, 3, "30s", "", "2m0s"},
 	}
 	steps := map[StepName]GraphStep{}

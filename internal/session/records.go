@@ -92,6 +92,15 @@ type ToolCallRecord struct {
 	InputQuestions    int                    `json:"inputQuestions,omitempty"`
 	InputAnswers      []agent.QuestionAnswer `json:"inputAnswers,omitempty"`
 	InputContinuation string                 `json:"inputContinuation,omitempty"`
+	// TaskID is the task the call's tool started; the call then waits in
+	// PollToolTask. TaskPollInterval is the wait before the next poll, and
+	// TaskAnswer a task question's resolution, handed to the next poll.
+	TaskID           string                `json:"taskId,omitempty"`
+	TaskPollInterval time.Duration         `json:"taskPollInterval,omitempty"`
+	TaskAnswer       *agent.QuestionAnswer `json:"taskAnswer,omitempty"`
+	// TaskAbandoned is set when cancel_turn abandons the call's task: the
+	// session asks the tool to cancel it and records outcome_unknown.
+	TaskAbandoned bool `json:"taskAbandoned,omitempty"`
 	// ResultStored is true once the call's result is a stored message.
 	ResultStored bool `json:"resultStored,omitempty"`
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -104,6 +105,18 @@ type ToolExecution struct {
 	Attempt        int            `json:"attempt"`
 	Events         EventWriter    `json:"-"`
 	Heartbeat      func()         `json:"-"`
+	// Checkpoint is what an earlier attempt saved with SaveCheckpoint.
+	Checkpoint     string            `json:"-"`
+	SaveCheckpoint func(text string) `json:"-"`
+}
+
+// TaskRunner is a runner whose tools start tasks the session polls.
+type TaskRunner interface {
+	// PollToolTask polls the call's task once: its result, a question, or
+	// the next interval (ToolResultTaskPending).
+	PollToolTask(ctx context.Context, call ToolExecution) (ToolOutcome, error)
+	// CancelToolTask stops an abandoned task, best effort.
+	CancelToolTask(ctx context.Context, call ToolExecution) error
 }
 
 // ToolOutcomeKind says how a tool Step ended.
@@ -120,6 +133,10 @@ const (
 	// ToolResultNotStarted is a tool Step that found its turn steered or
 	// cancelled before the tool started; the call is settled instead.
 	ToolResultNotStarted ToolOutcomeKind = "not_started"
+	// ToolResultTaskStarted is a tool that started a task the session
+	// polls; ToolResultTaskPending is a poll of a task that still runs.
+	ToolResultTaskStarted ToolOutcomeKind = "task_started"
+	ToolResultTaskPending ToolOutcomeKind = "task_pending"
 )
 
 // ToolOutcome is the result of one tool Step. A failure the model should
@@ -129,9 +146,13 @@ type ToolOutcome struct {
 	Kind   ToolOutcomeKind `json:"kind"`
 	Output string          `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
-	// Question and Continuation are an input request's.
+	// Question and Continuation are an input request's; Continuation is
+	// also a pending task's, for its next poll.
 	Question     *Question `json:"question,omitempty"`
 	Continuation string    `json:"continuation,omitempty"`
+	// TaskID and PollInterval are a started or pending task's.
+	TaskID       string        `json:"taskId,omitempty"`
+	PollInterval time.Duration `json:"pollInterval,omitempty"`
 }
 
 // EventWriter writes session events. Events are best effort and never part

@@ -599,6 +599,11 @@ func (s *State) RecordToolOutcome(id string, out ToolOutcome) []Event {
 		return s.finish(r, ToolCallSucceeded, out.Output, "")
 	case ToolResultFailed:
 		return s.finish(r, ToolCallFailed, "", out.Error)
+	case ToolResultTaskStarted:
+		return s.recordTaskStarted(r, out)
+	case ToolResultTaskPending:
+		recordTaskPending(r, out)
+		return nil
 	default:
 		return s.finish(r, ToolCallOutcomeUnknown, "", out.Error)
 	}
@@ -632,7 +637,14 @@ func returnToTool(r *ToolCallRecord, in Interrupt, resolution agent.QuestionReso
 	if in.Question != nil {
 		text = in.Question.Text
 	}
-	r.InputAnswers = append(r.InputAnswers, agent.QuestionAnswer{QuestionID: in.ID, Question: text, Resolution: resolution, Answer: answer})
+	qa := agent.QuestionAnswer{QuestionID: in.ID, Question: text, Resolution: resolution, Answer: answer}
+	if r.TaskID != "" {
+		// A task's question goes back to the task, on the next poll.
+		r.TaskAnswer = &qa
+		r.Status, r.Question = ToolCallWaitingForTask, nil
+		return
+	}
+	r.InputAnswers = append(r.InputAnswers, qa)
 	r.Status, r.Question = ToolCallApproved, nil
 }
 
@@ -685,6 +697,8 @@ func WaitStep(r ToolCallRecord) StepName {
 		return StepAwaitQuestionAnswer
 	case ToolCallWaitingForTimer:
 		return StepAwaitTimer
+	case ToolCallWaitingForTask:
+		return StepPollToolTask
 	}
 	return ""
 }

@@ -170,7 +170,8 @@ var stepSpecs = []StepSpec{
 	},
 	{
 		Name: StepPollToolTask, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true,
-		Summary:       "Waits on a timer, then polls a tool task once: its result, a question, or the next interval.",
+		Summary:        "Waits on a timer, then polls a tool task once: its result, a question, or the next interval.",
+		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: effectAttempts},
 		FailureRoutes: []StepName{StepRecordToolFailure, StepRecordToolOutcomeUnknown}, Cancellable: true,
 	},

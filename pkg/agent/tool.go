@@ -27,6 +27,9 @@ type Tool struct {
 	// tool that retries, its own attempt count.
 	StepLimit *StepLimit
 
+	// Poller follows the tasks the tool starts; nil when it starts none.
+	Poller TaskPoller
+
 	schema  *jsonschema.Resolved
 	prepare func(json.RawMessage) (json.RawMessage, error)
 	run     func(ctx context.Context, call ToolContext, args json.RawMessage) (string, error)
@@ -40,6 +43,7 @@ type toolOptions struct {
 	requiresApproval *bool
 	schema           json.RawMessage
 	prepare          func(json.RawMessage) (json.RawMessage, error)
+	poller           TaskPoller
 }
 
 // WithPrepareArguments converts the decoded arguments before the schema
@@ -122,7 +126,7 @@ func NewTool[Args, Result any](name, description string, effect Effect,
 	return Tool{
 		Name: name, Description: description, Parameters: params,
 		Policy: Policy{Effect: effect, RequiresApproval: o.requiresApproval}, StepLimit: o.stepLimit,
-		schema: resolved, prepare: o.prepare, run: run,
+		Poller: o.poller, schema: resolved, prepare: o.prepare, run: run,
 	}, nil
 }
 
@@ -224,6 +228,13 @@ type ToolContext struct {
 	// Heartbeat records liveness for a long call; the session already
 	// heartbeats in the background.
 	Heartbeat func()
+	// Checkpoint is what an earlier attempt of this Step saved with
+	// SaveCheckpoint, such as the ID of a task it started; empty when none
+	// did. SaveCheckpoint records text with every later heartbeat of the
+	// attempt. Checkpoints are best effort: an attempt that dies before its
+	// checkpoint reaches the engine leaves none.
+	Checkpoint     string
+	SaveCheckpoint func(text string)
 	// Events writes session events for this call.
 	Events EventWriter
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -48,8 +49,27 @@ func main() {
 			}
 			return "confirm_write " + call.Answers[0].Answer, nil
 		}, agent.WithApproval(false))
+	// report_task starts a task the session polls; each poll stops at the
+	// report_poll gate, and the task is done on its second poll.
+	poller := &reportPoller{calls: calls, dir: dir}
+	report := agent.MustTool("report_task", "Starts a report task.", agent.EffectIdempotentWrite,
+		func(ctx context.Context, call agent.ToolContext, _ noteArgs) (string, error) {
+			if call.Checkpoint != "" {
+				_ = calls.Append("report_task_resumed", call.Checkpoint, strconv.Itoa(call.Attempt), strconv.Itoa(os.Getpid()))
+				return "", agent.StartTask(call.Checkpoint, time.Second)
+			}
+			if err := calls.Append("report_task", call.IdempotencyKey, strconv.Itoa(call.Attempt), strconv.Itoa(os.Getpid())); err != nil {
+				return "", err
+			}
+			taskID := "job-" + call.ToolCallID
+			call.SaveCheckpoint(taskID)
+			if err := (enginetest.Gate{Dir: dir, Name: "report_task"}).Pass(ctx); err != nil {
+				return "", err
+			}
+			return "", agent.StartTask(taskID, time.Second)
+		}, agent.WithApproval(false), agent.WithTaskPoller(poller))
 	tools := []agent.Tool{
-		confirm,
+		confirm, report,
 		gated("read_a", agent.EffectRead),
 		gated("read_b", agent.EffectRead),
 		gated("write_once", agent.EffectNonIdempotentWrite, agent.WithApproval(false)),
@@ -95,4 +115,32 @@ func main() {
 		return agent.ScriptedReply{Text: "echo: " + last}, nil
 	}
 	worker.Main(worker.Options{Tools: tools, Scripts: map[string]agent.Script{"test": script}})
+}
+
+type reportPoller struct {
+	calls *enginetest.Log
+	dir   string
+}
+
+func (p *reportPoller) PollTask(ctx context.Context, poll agent.TaskPoll) (string, error) {
+	if err := p.calls.Append("report_poll", poll.TaskID, strconv.Itoa(poll.Attempt), strconv.Itoa(os.Getpid())); err != nil {
+		return "", err
+	}
+	if err := (enginetest.Gate{Dir: p.dir, Name: "report_poll"}).Pass(ctx); err != nil {
+		return "", err
+	}
+	polls := 0
+	for _, line := range p.calls.Lines() {
+		if line[0] == "report_poll" && line[1] == poll.TaskID {
+			polls++
+		}
+	}
+	if polls < 2 {
+		return "", agent.StillRunning(time.Second, "")
+	}
+	return "report " + poll.TaskID + " ready", nil
+}
+
+func (p *reportPoller) CancelTask(_ context.Context, poll agent.TaskPoll) error {
+	return p.calls.Append("report_cancel", poll.TaskID)
 }
