@@ -33,7 +33,22 @@ type Flow struct {
 	Timings Timings
 	// PlanMode lets messages ask for a planning turn.
 	PlanMode bool
+	// HistoryBudget is when a session continues in a new run of its
+	// workflow, if Temporal has not suggested it first; zero uses
+	// DefaultHistoryBudget.
+	HistoryBudget HistoryBudget
 }
+
+// HistoryBudget bounds one workflow run of a session. A session that
+// reaches it continues as new between Steps, carrying its state, well
+// before Temporal's own limits (51,200 events or 50 MB per run).
+type HistoryBudget struct {
+	Events int
+	Bytes  int
+}
+
+// DefaultHistoryBudget leaves ample room under Temporal's limits.
+var DefaultHistoryBudget = HistoryBudget{Events: 10_000, Bytes: 10 << 20}
 
 // run is one session workflow run: its state and the Steps it is in.
 type run struct {
@@ -49,6 +64,8 @@ type run struct {
 	search bool
 	// cancelModel cancels the running RunModel Step, for cancel_turn.
 	cancelModel workflow.CancelFunc
+	// input started the run; a new run gets it again, with the state.
+	input SessionInput
 }
 
 // Run is the session workflow: StartAgentSession, then turns for as long as
@@ -57,7 +74,12 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	r := &run{
 		ctx: ctx, flow: f, active: map[session.StepName]int{}, events: f.Events,
 		s:      session.NewState(workflow.GetInfo(ctx).WorkflowExecution.ID),
-		search: in.StepSearch != StepSearchDisabled,
+		search: in.StepSearch != StepSearchDisabled, input: in,
+	}
+	if in.Carried != nil {
+		// A new run of a session that continued as new.
+		r.s, r.stepSeq = in.Carried.State, in.Carried.StepSeq
+		r.input.Carried = nil
 	}
 	r.s.PlanModeEnabled = f.PlanMode
 	if r.events == nil {
@@ -66,20 +88,25 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	if err := r.register(); err != nil {
 		return err
 	}
-	if err := session.CheckStartSettings(in.Start.Settings); err != nil {
-		// The session never initializes, so a retry could not fix it.
-		return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
-	}
-	if events := r.s.Start(in.Start); len(events) > 0 {
-		r.emit(waitStepID(session.StepStartAgentSession, r.s.Turn.ID, ""), events)
+	if in.Carried == nil {
+		if err := session.CheckStartSettings(in.Start.Settings); err != nil {
+			// The session never initializes, so a retry could not fix it.
+			return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
+		}
+		if events := r.s.Start(in.Start); len(events) > 0 {
+			r.emit(waitStepID(session.StepStartAgentSession, r.s.Turn.ID, ""), events)
+		}
 	}
 	for {
 		if r.s.Turn == nil {
 			r.enter(session.StepAwaitUserMessage)
-			err := workflow.Await(ctx, r.s.CanBeginTurn)
+			err := workflow.Await(ctx, func() bool { return r.s.CanBeginTurn() || r.runIsFull() })
 			r.leave(session.StepAwaitUserMessage)
 			if err != nil {
 				return err
+			}
+			if !r.s.CanBeginTurn() {
+				return r.continueAsNew()
 			}
 			events := r.s.BeginTurn()
 			r.emit(waitStepID(session.StepAwaitUserMessage, r.s.Turn.ID, ""), events)
@@ -88,6 +115,30 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 			return err
 		}
 	}
+}
+
+// runIsFull reports whether the run should end in a new one: Temporal
+// suggests it, or the history reached the Flow's budget.
+func (r *run) runIsFull() bool {
+	info := workflow.GetInfo(r.ctx)
+	budget := r.flow.HistoryBudget
+	if budget == (HistoryBudget{}) {
+		budget = DefaultHistoryBudget
+	}
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= budget.Events ||
+		info.GetCurrentHistorySize() >= budget.Bytes
+}
+
+// continueAsNew ends the run between Steps and starts a new one that
+// carries the session's state. Updates that are still running finish
+// first, so none is lost.
+func (r *run) continueAsNew() error {
+	if err := workflow.Await(r.ctx, func() bool { return workflow.AllHandlersFinished(r.ctx) }); err != nil {
+		return err
+	}
+	in := r.input
+	in.Carried = &CarriedState{State: r.s, StepSeq: r.stepSeq}
+	return workflow.NewContinueAsNewError(r.ctx, workflow.GetInfo(r.ctx).WorkflowType.Name, in)
 }
 
 // register installs the RPC handlers before the workflow first blocks, so
@@ -243,6 +294,10 @@ func (r *run) register() error {
 func (r *run) runTurn() error {
 	for r.s.Turn != nil {
 		turn := r.s.Turn
+		if r.runIsFull() {
+			// Between Steps: every tool call of the turn is final.
+			return r.continueAsNew()
+		}
 		if r.s.TurnControlRequested() {
 			// Steered or cancelled: no further model call.
 			r.applyTurnControl()

@@ -65,6 +65,17 @@ type SessionInput struct {
 	// StepSearch says whether the session keeps the active-Step search
 	// attribute; the zero value keeps it.
 	StepSearch StepSearchMode `json:"stepSearch,omitempty"`
+	// Carried is the state a session carries into a new run of its
+	// workflow when it continues as new; nil for a new session.
+	Carried *CarriedState `json:"carried,omitempty"`
+}
+
+// CarriedState is what a new run of a session starts from.
+type CarriedState struct {
+	State *session.State `json:"state"`
+	// StepSeq continues the numbering of Step executions, so events of the
+	// new run never share a Step execution ID with the old run's.
+	StepSeq int `json:"stepSeq"`
 }
 
 // StepSearchMode says whether a session is searchable by the Steps it is in.

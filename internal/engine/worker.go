@@ -30,6 +30,9 @@ type WorkerOptions struct {
 	Timings Timings
 	// PlanMode lets messages ask for a planning turn.
 	PlanMode bool
+	// HistoryBudget is when a session continues as new; zero uses
+	// DefaultHistoryBudget.
+	HistoryBudget HistoryBudget
 	// Options are passed to the SDK worker, for tuning beyond the above.
 	Options worker.Options
 }
@@ -45,7 +48,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	opts.MaxConcurrentActivityExecutionSize = max(o.TaskSlots, 1)
 	opts.MaxConcurrentWorkflowTaskExecutionSize = max(o.TaskSlots, 2)
 	w := worker.New(c, o.TaskQueue, opts)
-	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode}
+	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, HistoryBudget: o.HistoryBudget}
 	w.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: o.FlowType})
 	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
 	acts.Register(w)

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -288,5 +289,82 @@ func TestAPlanIsReviewedThenExecuted(t *testing.T) {
 	}
 	if ok, err := s.ExecutePlan(ctx, "s1", 2); ok || err != nil {
 		t.Errorf("ExecutePlan of a completed plan = %v, %v", ok, err)
+	}
+}
+
+// TestASessionContinuesAsNewAndKeepsEverything runs a session whose runs
+// are kept short: it continues as new many times between Steps, and its
+// messages, usage, settings, queue and numbering carry over.
+func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
+	server := enginetest.StartDevServer(t)
+	c := server.Client()
+	lookup := agent.MustTool("lookup", "Looks up.", agent.EffectRead,
+		func(context.Context, agent.ToolContext, struct{}) (string, error) { return "found", nil })
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		if results := agent.ToolResults(req); len(results) > 0 {
+			return agent.ScriptedReply{Text: "looked up"}, nil
+		}
+		texts := agent.UserTexts(req)
+		if strings.HasPrefix(texts[len(texts)-1], "look") {
+			return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{Name: "lookup", Arguments: map[string]any{}}}}, nil
+		}
+		return agent.ScriptedReply{Text: "echo " + texts[len(texts)-1]}, nil
+	})
+	runner, err := loop.New(agent.Definition{Name: "long", Model: model, Tools: []agent.Tool{lookup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Long", TaskQueue: client.TaskQueue("Long"), TaskSlots: 4, Runner: runner,
+		HistoryBudget: engine.HistoryBudget{Events: 40, Bytes: 1 << 20}})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	s := client.New(c, "Long", "")
+	ctx := context.Background()
+	if ok, err := s.Start(ctx, "s1", "", client.WithSettings(agent.SessionSettings{"tone": "brief"})); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	first, err := c.DescribeWorkflow(ctx, "s1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const turns = 12
+	for i := range turns {
+		text := fmt.Sprintf("message %d", i)
+		if i%3 == 0 {
+			text = fmt.Sprintf("look %d", i)
+		}
+		if ok, err := s.Send(ctx, "s1", text); !ok || err != nil {
+			t.Fatalf("Send %d = %v, %v", i, ok, err)
+		}
+		enginetest.Eventually(t, time.Minute, "turn "+fmt.Sprint(i+1), func() (bool, error) {
+			snap, err := s.Snapshot(ctx, "s1")
+			return err == nil && snap.State.TurnCount == i+1 && snap.State.ActiveTurnID == "", err
+		})
+	}
+	last, err := c.DescribeWorkflow(ctx, "s1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId() == first.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId() {
+		t.Fatal("the session never continued as new")
+	}
+	snap, err := s.Snapshot(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four turns call a tool (four messages each), the others answer (two).
+	wantMessages := 4*4 + (turns-4)*2
+	if len(snap.Messages) != wantMessages || snap.Usage.ModelCalls != int64(turns+4) || string(snap.SessionSettings) != `{"tone":"brief"}` {
+		t.Errorf("after continuing as new: %d messages (want %d), usage %+v, settings %s", len(snap.Messages), wantMessages, snap.Usage, snap.SessionSettings)
+	}
+	for i, m := range snap.Messages {
+		if m.Sequence != int64(i+1) {
+			t.Fatalf("message %d has sequence %d: the numbering broke across runs", i, m.Sequence)
+		}
+	}
+	if last := snap.Messages[len(snap.Messages)-1]; last.Text != "echo message 11" || last.TurnID != fmt.Sprintf("turn-%d", turns) {
+		t.Errorf("last message = %+v", last)
 	}
 }
