@@ -56,6 +56,27 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 	return out, modelFailure(err)
 }
 
+// CompactContext makes one summary call per attempt.
+func (a *Activities) CompactContext(ctx context.Context, in RunModelInput) (session.CompactionOutcome, error) {
+	compactor, ok := a.Runner.(session.Compactor)
+	if !ok {
+		return session.CompactionOutcome{}, temporal.NewNonRetryableApplicationError("the runner cannot summarize the conversation", "stepwise.NoCompactor", nil)
+	}
+	info := activity.GetInfo(ctx)
+	turn, err := a.State.LoadTurn(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.TurnID)
+	if err != nil {
+		return session.CompactionOutcome{}, fmt.Errorf("loading the committed state of %s: %w", in.TurnID, err)
+	}
+	turn.Attempt = int(info.Attempt)
+	turn.Events = a.writer(ctx, in.TurnID)
+	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
+	stop := heartbeatInBackground(ctx, turn.Heartbeat)
+	defer stop()
+	out, err := compactor.SummarizeContext(ctx, turn)
+	out.Attempt = turn.Attempt
+	return out, modelFailure(err)
+}
+
 // CallTool runs one read or idempotent write call; its retry policy allows
 // three attempts.
 func (a *Activities) CallTool(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {

@@ -303,6 +303,12 @@ func (r *run) runTurn() error {
 			r.applyTurnControl()
 			return nil
 		}
+		if r.s.Status == session.StatusCompactingContext {
+			if err := r.compact(); err != nil {
+				return err
+			}
+			continue
+		}
 		stepID := r.nextStepID(session.StepRunModel, turn.ID)
 		r.enter(session.StepRunModel)
 		modelCtx, cancel := workflow.WithCancel(r.modelOptions(stepID))
@@ -332,8 +338,9 @@ func (r *run) runTurn() error {
 		if r.s.Turn == nil {
 			return nil
 		}
-		if out.Kind == session.OutcomeTurnContinued {
-			// The next model call of the turn, in its own RunModel Step.
+		if out.Kind == session.OutcomeTurnContinued || out.Kind == session.OutcomeCompactionNeeded {
+			// The next Step of the turn: another model call, or
+			// CompactContext before it.
 			continue
 		}
 		for _, rec := range records {
@@ -352,6 +359,35 @@ func (r *run) runTurn() error {
 			return nil
 		}
 		r.s.ResumeTurn()
+	}
+	return nil
+}
+
+// compact is CompactContext: one summary call with RunModel's limits; a
+// failure fails the turn, and cancel_turn drops the summary.
+func (r *run) compact() error {
+	turn := r.s.Turn
+	stepID := r.nextStepID(session.StepCompactContext, turn.ID)
+	r.enter(session.StepCompactContext)
+	ctx, cancel := workflow.WithCancel(r.modelOptions(stepID))
+	r.cancelModel = cancel
+	var out session.CompactionOutcome
+	err := workflow.ExecuteActivity(ctx, string(session.StepCompactContext), RunModelInput{TurnID: turn.ID}).Get(r.ctx, &out)
+	r.cancelModel = nil
+	r.leave(session.StepCompactContext)
+	switch {
+	case r.s.ModelCallCancelled():
+		r.applyTurnControl()
+	case err != nil && temporal.IsCanceledError(err):
+		return err
+	case err != nil:
+		r.emit(stepID, r.s.FailTurn(failureDetail(err)))
+	default:
+		events := r.s.ApplySummary(out, workflow.Now(r.ctx))
+		for i := range events {
+			events[i].Attempt = out.Attempt
+		}
+		r.emit(stepID, events)
 	}
 	return nil
 }

@@ -91,6 +91,7 @@ type ActivityRegistry interface {
 func (a *Activities) Register(r ActivityRegistry) {
 	for step, fn := range map[session.StepName]any{
 		session.StepRunModel:              a.RunModel,
+		session.StepCompactContext:        a.CompactContext,
 		session.StepCallTool:              a.CallTool,
 		session.StepCallSingleAttemptTool: a.CallSingleAttemptTool,
 		session.StepPollToolTask:          a.PollToolTask,

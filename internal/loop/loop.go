@@ -22,6 +22,7 @@ type Runner struct {
 var (
 	_ session.Runner     = (*Runner)(nil)
 	_ session.TaskRunner = (*Runner)(nil)
+	_ session.Compactor  = (*Runner)(nil)
 )
 
 // New returns a runner for a definition, refusing one the session cannot
@@ -81,11 +82,15 @@ func (r *Runner) offeredBuiltIns() []agent.BuiltInTool {
 
 // options are the session options recorded with each RunModel outcome.
 func (r *Runner) options() session.TurnOptions {
-	return session.TurnOptions{
+	opts := session.TurnOptions{
 		BuiltInTools:      append([]agent.BuiltInTool(nil), r.def.BuiltInTools...),
 		InterruptDeadline: r.def.InterruptDeadline,
 		MaxDurableWait:    r.def.MaxDurableWait,
 	}
+	if c := r.def.Compaction; c != nil {
+		opts.RetainedMessages = c.RetainedMessages
+	}
+	return opts
 }
 
 // Request builds the model request of a turn from committed state. After
@@ -93,7 +98,7 @@ func (r *Runner) options() session.TurnOptions {
 func (r *Runner) Request(turn session.TurnContext) agent.ModelRequest {
 	req := agent.ModelRequest{
 		Instructions: r.def.Instructions,
-		Input:        withPlanNote(session.PairToolResults(turn.Messages), turn),
+		Input:        withSummaryNote(withPlanNote(session.PairToolResults(turn.Messages), turn), turn.Summary),
 		Settings:     r.def.ModelSettings,
 	}
 	if turn.ModelCalls >= r.def.MaxModelCallsPerTurn {
@@ -141,6 +146,95 @@ func withPlanNote(input []agent.Message, turn session.TurnContext) []agent.Messa
 	return append(out, input[at:]...)
 }
 
+// withSummaryNote starts the input with the summary of the messages before
+// it, once the session compacted.
+func withSummaryNote(input []agent.Message, summary *session.ContextSummary) []agent.Message {
+	if summary == nil {
+		return input
+	}
+	note := agent.Message{Role: agent.RoleUser, Text: session.SummaryNote(summary)}
+	return append([]agent.Message{note}, input...)
+}
+
+// compactionCutoff is the last message to summarize before this model
+// call, or zero when the input is under the policy's threshold or nothing
+// new can be summarized.
+func (r *Runner) compactionCutoff(turn session.TurnContext, model agent.ModelChoice, req agent.ModelRequest) int64 {
+	policy := r.def.Compaction
+	if policy == nil {
+		return 0
+	}
+	window := float64(policy.ContextWindowTokens)
+	if float64(model.Client.EstimateInputTokens(req)) < policy.TriggerRatio*window {
+		return 0
+	}
+	estimate := func(m agent.Message) int64 {
+		return model.Client.EstimateInputTokens(agent.ModelRequest{Input: []agent.Message{m}})
+	}
+	cut := session.CompactionCutoff(turn.Messages, int64(policy.KeepRatio*window), estimate)
+	if turn.Summary != nil && cut <= turn.Summary.LastSequence {
+		return 0
+	}
+	return cut
+}
+
+// SummarizeContext makes one summary call for the messages through
+// turn.CompactThrough, with the model the turn's settings choose and no
+// tools. When the request would not fit the context window with room for
+// the answer, the oldest messages are left out, whole responses at a time,
+// and a note says how many.
+func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext) (session.CompactionOutcome, error) {
+	settings, err := agent.DecodeSessionSettings(turn.Settings)
+	if err != nil {
+		return session.CompactionOutcome{}, err
+	}
+	model, err := r.def.ChooseModel(settings)
+	if err != nil {
+		return session.CompactionOutcome{}, fmt.Errorf("choosing the model: %w", err)
+	}
+	var covered []agent.Message
+	for _, m := range turn.Messages {
+		if m.Sequence <= turn.CompactThrough {
+			covered = append(covered, m)
+		}
+	}
+	groups := session.MessageGroups(session.PairToolResults(covered))
+	build := func(omitted int, groups [][]agent.Message) agent.ModelRequest {
+		req := agent.ModelRequest{Instructions: session.ContextSummaryInstructions, Settings: model.Settings}
+		if turn.Summary != nil {
+			req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: session.SummaryNote(turn.Summary)})
+		}
+		if omitted > 0 {
+			req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: session.SummaryOmissionNote(omitted)})
+		}
+		for _, g := range groups {
+			req.Input = append(req.Input, g...)
+		}
+		req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: "Summarize the conversation above."})
+		return req
+	}
+	budget := int64(0)
+	if r.def.Compaction != nil {
+		budget = r.def.Compaction.ContextWindowTokens - model.Settings.MaxOutputTokens
+	}
+	omitted := 0
+	req := build(0, groups)
+	for budget > 0 && len(groups) > 1 && model.Client.EstimateInputTokens(req) > budget {
+		omitted += len(groups[0])
+		groups = groups[1:]
+		req = build(omitted, groups)
+	}
+	resp, err := model.Client.CallModel(ctx, req, agent.DiscardOutput)
+	if err != nil {
+		return session.CompactionOutcome{}, err
+	}
+	usage := resp.Usage
+	if usage.ModelCalls == 0 {
+		usage.ModelCalls = 1
+	}
+	return session.CompactionOutcome{Text: resp.Text(), Usage: usage}, nil
+}
+
 // RunModelStep makes one model call.
 func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (session.ModelOutcome, error) {
 	settings, err := agent.DecodeSessionSettings(turn.Settings)
@@ -159,6 +253,9 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 	state, err := parseRunState(turn.RunState)
 	if err != nil {
 		return session.ModelOutcome{}, err
+	}
+	if cut := r.compactionCutoff(turn, model, r.Request(turn)); cut > 0 {
+		return session.ModelOutcome{Kind: session.OutcomeCompactionNeeded, CompactThrough: cut, Options: r.options()}, nil
 	}
 	// The messages of this iteration that precede the model's answer: a
 	// continuation message after tool results.

@@ -166,6 +166,9 @@ type Turn struct {
 	ToolCalls []*ToolCallRecord `json:"toolCalls,omitempty"`
 	// Options are the session options the last RunModel worked with.
 	Options TurnOptions `json:"options"`
+	// CompactThrough is the last message CompactContext summarizes, while
+	// the session compacts.
+	CompactThrough int64 `json:"compactThrough,omitempty"`
 	// Control records a steer or cancel_turn of the turn.
 	Control TurnControl `json:"control,omitzero"`
 	// Settings are the session settings the turn started with; its model
@@ -181,6 +184,9 @@ type TurnOptions struct {
 	BuiltInTools      []agent.BuiltInTool `json:"builtInTools,omitempty"`
 	InterruptDeadline time.Duration       `json:"interruptDeadline,omitempty"`
 	MaxDurableWait    time.Duration       `json:"maxDurableWait,omitempty"`
+	// RetainedMessages is how many newest messages retention keeps; zero
+	// keeps every message.
+	RetainedMessages int `json:"retainedMessages,omitempty"`
 }
 
 // Enabled reports whether a built-in tool is enabled.

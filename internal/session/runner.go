@@ -26,7 +26,8 @@ type TurnContext struct {
 	// Attempt is the one-based RunModel attempt.
 	Attempt int             `json:"attempt"`
 	Mode    InteractionMode `json:"mode"`
-	// Messages is every stored message in sequence order.
+	// Messages are the stored messages in sequence order: every one, or,
+	// once the session compacted, those after the summary.
 	Messages []agent.Message `json:"messages"`
 	// ModelCalls counts the turn's model calls made so far.
 	ModelCalls int `json:"modelCalls"`
@@ -40,6 +41,12 @@ type TurnContext struct {
 	// Plan is the session's plan, nil when there is none; the model sees
 	// it in every call.
 	Plan *Plan `json:"plan,omitempty"`
+	// Summary, once the session compacted, stands for the messages before
+	// Messages, which are only those after it.
+	Summary *ContextSummary `json:"summary,omitempty"`
+	// CompactThrough is the last message to summarize in a CompactContext
+	// Step.
+	CompactThrough int64 `json:"compactThrough,omitempty"`
 	// Events writes the Step's events; set by the engine binding.
 	Events EventWriter `json:"-"`
 	// Heartbeat records liveness; set by the engine binding.
@@ -58,6 +65,10 @@ const (
 	// OutcomeTurnContinued stores the new messages and makes another model
 	// call in the same turn, in its own RunModel Step.
 	OutcomeTurnContinued OutcomeKind = "turn_continued"
+	// OutcomeCompactionNeeded makes no model call: the input passed the
+	// compaction threshold, and CompactContext summarizes through
+	// CompactThrough first.
+	OutcomeCompactionNeeded OutcomeKind = "compaction_needed"
 )
 
 // ModelOutcome is what one RunModel Step returns.
@@ -82,6 +93,17 @@ type ModelOutcome struct {
 	// Attempt is the RunModel attempt that made the call; the engine binding
 	// sets it, so the commit's events name the attempt that counted.
 	Attempt int `json:"attempt,omitempty"`
+	// CompactThrough is the last message to summarize, for
+	// OutcomeCompactionNeeded.
+	CompactThrough int64 `json:"compactThrough,omitempty"`
+}
+
+// Compactor is a runner that can summarize the earlier conversation, for a
+// session with a compaction policy.
+type Compactor interface {
+	// SummarizeContext makes one summary call for the messages through
+	// turn.CompactThrough that the current summary does not cover.
+	SummarizeContext(ctx context.Context, turn TurnContext) (CompactionOutcome, error)
 }
 
 // DeferredToolCall is one tool call the session runs in its own Step.

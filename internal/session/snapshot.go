@@ -111,6 +111,7 @@ func ClampLimit(limit int) int {
 func (s *State) ListMessages(req ListMessagesRequest) MessagesPage {
 	limit := ClampLimit(req.Limit)
 	page := MessagesPage{Messages: []agent.Message{}}
+	page.DeletedBeforeSequence = s.DeletedBeforeSequence
 	if len(s.Messages) == 0 {
 		return page
 	}

@@ -40,6 +40,11 @@ type State struct {
 	// Settings are the session settings the next turn starts with, as
 	// compact JSON; nil when there are none.
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// Summary summarizes the earlier messages once the session compacted.
+	Summary *ContextSummary `json:"summary,omitempty"`
+	// DeletedBeforeSequence is where the messages retention deleted end;
+	// zero while none was deleted.
+	DeletedBeforeSequence int64 `json:"deletedBeforeSequence,omitempty"`
 	// Plan is the session's plan; nil until write_todos first succeeds.
 	Plan *Plan `json:"plan,omitempty"`
 	// PendingPlanExecution is the plan revision execute_plan approved and
@@ -209,13 +214,13 @@ func (s *State) store(m agent.Message) {
 // from. It fails when the session is no longer in that turn's RunModel, so a
 // stale attempt never runs on another turn's state.
 func (s *State) TurnContext(turnID string) (TurnContext, error) {
-	if s.Turn == nil || s.Turn.ID != turnID || s.Status != StatusRunningModel {
+	if s.Turn == nil || s.Turn.ID != turnID || (s.Status != StatusRunningModel && s.Status != StatusCompactingContext) {
 		return TurnContext{}, fmt.Errorf("session %s is not running a model call for %s", s.SessionID, turnID)
 	}
 	tc := TurnContext{
 		SessionID: s.SessionID, TurnID: turnID, Mode: s.Turn.Mode,
-		Messages: s.Messages, ModelCalls: s.Turn.ModelCalls, RunState: s.Turn.RunState,
-		Settings: s.Turn.Settings, Plan: s.Plan,
+		Messages: s.messagesAfterSummary(), ModelCalls: s.Turn.ModelCalls, RunState: s.Turn.RunState,
+		Settings: s.Turn.Settings, Plan: s.Plan, Summary: s.Summary, CompactThrough: s.Turn.CompactThrough,
 	}
 	for _, r := range s.Turn.ToolCalls {
 		tc.ToolCalls = append(tc.ToolCalls, *r)
@@ -273,6 +278,12 @@ func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallR
 		}
 		turn.RunState = out.RunState
 		return nil, events
+	case OutcomeCompactionNeeded:
+		if s.Summary != nil && out.CompactThrough <= s.Summary.LastSequence {
+			// Nothing new to summarize: the runner must not ask again.
+			return nil, append(events, s.FailTurn(fmt.Sprintf("the runner asked to compact through message %d, which the summary already covers", out.CompactThrough))...)
+		}
+		return nil, append(events, s.requestCompaction(out.CompactThrough)...)
 	default:
 		for _, m := range out.NewMessages {
 			s.store(m)
@@ -779,4 +790,18 @@ func (s *State) turnMessageCount(turnID string) int {
 		}
 	}
 	return count
+}
+
+// messagesAfterSummary are the stored messages the summary does not cover:
+// the model input after it.
+func (s *State) messagesAfterSummary() []agent.Message {
+	if s.Summary == nil {
+		return s.Messages
+	}
+	for i, m := range s.Messages {
+		if m.Sequence > s.Summary.LastSequence {
+			return s.Messages[i:]
+		}
+	}
+	return nil
 }

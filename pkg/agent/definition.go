@@ -47,6 +47,10 @@ type Definition struct {
 	// RunModelLimit, when set, changes RunModel's timeout, attempts and
 	// retry budget.
 	RunModelLimit *StepLimit
+	// Compaction, when set, keeps the model input under the context window
+	// by summarizing older messages, and lets retention bound the stored
+	// messages.
+	Compaction *CompactionPolicy
 	// PlanModeEnabled lets messages ask for a planning turn, which offers
 	// only write_todos so the user reviews a plan before it runs. It needs
 	// the write_todos built-in tool.
@@ -65,6 +69,26 @@ type Definition struct {
 	// effects.
 	DecideTurnContinuation func(TurnContinuationContext) (TurnContinuation, error)
 }
+
+// CompactionPolicy says when a session summarizes its earlier messages.
+type CompactionPolicy struct {
+	// ContextWindowTokens is the model's context window.
+	ContextWindowTokens int64
+	// TriggerRatio of the window starts a compaction; 0.85 when zero.
+	TriggerRatio float64
+	// KeepRatio of the window is kept unsummarized; 0.3 when zero.
+	KeepRatio float64
+	// RetainedMessages is how many newest messages retention keeps stored;
+	// older ones that the summary covers are deleted. Zero keeps every
+	// message.
+	RetainedMessages int
+}
+
+// Compaction defaults, as the seed's policy sets them.
+const (
+	DefaultTriggerRatio = 0.85
+	DefaultKeepRatio    = 0.3
+)
 
 // InstructionContext is what InstructionsFunc sees of a model call.
 type InstructionContext struct {
@@ -94,6 +118,16 @@ func (d Definition) WithDefaults() Definition {
 	}
 	if d.MaxDurableWait == 0 {
 		d.MaxDurableWait = DefaultMaxDurableWait
+	}
+	if c := d.Compaction; c != nil {
+		policy := *c
+		if policy.TriggerRatio == 0 {
+			policy.TriggerRatio = DefaultTriggerRatio
+		}
+		if policy.KeepRatio == 0 {
+			policy.KeepRatio = DefaultKeepRatio
+		}
+		d.Compaction = &policy
 	}
 	return d
 }
@@ -125,6 +159,20 @@ func (d Definition) Validate() error {
 			problems = append(problems, fmt.Errorf("two function tools are named %s", t.Name))
 		}
 		names[t.Name] = true
+	}
+	if c := d.Compaction; c != nil {
+		if c.ContextWindowTokens < 1 {
+			problems = append(problems, fmt.Errorf("compaction.contextWindowTokens must be at least 1, not %d", c.ContextWindowTokens))
+		}
+		if c.TriggerRatio < 0 || c.TriggerRatio > 1 || c.KeepRatio < 0 || c.KeepRatio >= 1 {
+			problems = append(problems, fmt.Errorf("compaction ratios must be within 0..1 (trigger %v, keep %v)", c.TriggerRatio, c.KeepRatio))
+		}
+		if c.TriggerRatio > 0 && c.KeepRatio >= c.TriggerRatio {
+			problems = append(problems, fmt.Errorf("compaction.keepRatio %v must be below triggerRatio %v", c.KeepRatio, c.TriggerRatio))
+		}
+		if c.RetainedMessages < 0 {
+			problems = append(problems, fmt.Errorf("compaction.retainedMessages must not be negative, not %d", c.RetainedMessages))
+		}
 	}
 	if d.PlanModeEnabled && !enabled[string(BuiltInWriteTodos)] {
 		problems = append(problems, errors.New("planModeEnabled needs the write_todos built-in tool: a planning turn writes its plan with it"))

@@ -141,6 +141,12 @@ func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error)
 	for _, b := range d.BuiltInTools {
 		def.BuiltInTools = append(def.BuiltInTools, agent.BuiltInTool(b))
 	}
+	if c := d.Compaction; c != nil {
+		def.Compaction = &agent.CompactionPolicy{
+			ContextWindowTokens: c.ContextWindowTokens, TriggerRatio: c.TriggerRatio, KeepRatio: c.KeepRatio,
+			RetainedMessages: int(c.RetainedMessageLimit),
+		}
+	}
 	if pm := d.PlanMode; pm != nil {
 		def.PlanModeEnabled = true
 		def.PlanningToolChoice = agent.ToolChoice(pm.PlanningToolChoice)

@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+func TestASessionCompactsAndTheModelSeesTheSummary(t *testing.T) {
+	var mu sync.Mutex
+	var requests []agent.ModelRequest
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		requests = append(requests, req)
+		if req.Instructions == session.ContextSummaryInstructions {
+			return agent.ScriptedReply{Text: fmt.Sprintf("SUMMARY of %d messages", len(req.Input))}, nil
+		}
+		texts := agent.UserTexts(req)
+		return agent.ScriptedReply{Text: "answer to " + texts[len(texts)-1] + strings.Repeat(".", 60)}, nil
+	})
+	h := newHarness(t, agent.Definition{Name: "t", Model: model,
+		Compaction: &agent.CompactionPolicy{ContextWindowTokens: 300, RetainedMessages: 10}})
+	const turns = 30
+	for i := 2; i <= turns; i++ {
+		h.then(func() {
+			h.expect(UpdateSendUserMessage, SendRequest{Text: fmt.Sprintf("question %d %s", i, strings.Repeat("?", 60))}, true)
+		})
+	}
+	h.then(func() {
+		snap := h.snapshot()
+		if snap.State.TurnCount != turns || snap.State.ActiveTurnID != "" || snap.State.LastTurnError != "" {
+			t.Fatalf("state = %+v", snap.State)
+		}
+	})
+	h.run("question 1")
+	started, finished := h.events.ofType(session.EventCompactionStarted), h.events.ofType(session.EventCompactionFinished)
+	if len(started) == 0 || len(started) != len(finished) {
+		t.Fatalf("compactions: %d started, %d finished", len(started), len(finished))
+	}
+	var summaries, sawSummary int
+	for _, req := range requests {
+		if req.Instructions == session.ContextSummaryInstructions {
+			summaries++
+			if len(req.Tools) != 0 {
+				t.Errorf("a summary call offered tools")
+			}
+			continue
+		}
+		if strings.HasPrefix(req.Input[0].Text, session.ContextSummaryNoteHeader) {
+			sawSummary++
+		}
+		if tokens := agent.EstimateTokens(req); tokens >= 300 {
+			t.Errorf("a model call sent %d tokens, past the window of 300", tokens)
+		}
+	}
+	if summaries != len(started) || sawSummary == 0 {
+		t.Errorf("%d summary calls for %d compactions; %d model calls saw a summary", summaries, len(started), sawSummary)
+	}
+	page := h.messages(session.ListMessagesRequest{Limit: 200})
+	if page.DeletedBeforeSequence == 0 || len(page.Messages) < 10 || page.FirstSequence != page.DeletedBeforeSequence {
+		t.Errorf("after retention: %d messages from %d, deleted before %d", len(page.Messages), page.FirstSequence, page.DeletedBeforeSequence)
+	}
+}
