@@ -66,3 +66,27 @@ func TestASessionCompactsAndTheModelSeesTheSummary(t *testing.T) {
 		t.Errorf("after retention: %d messages from %d, deleted before %d", len(page.Messages), page.FirstSequence, page.DeletedBeforeSequence)
 	}
 }
+
+func TestASessionThatStoresTooMuchFailsTurnsBeforeTheirModelCall(t *testing.T) {
+	// Each answer is stored about three times over: its text, and its
+	// provider-exact output item with the text read from it.
+	calls := 0
+	model := agent.NewScriptedModel(func(agent.ModelRequest) (agent.ScriptedReply, error) {
+		calls++
+		return agent.ScriptedReply{Text: strings.Repeat("x", 200<<10)}, nil
+	})
+	h := newHarness(t, agent.Definition{Name: "t", Model: model})
+	for range 3 {
+		h.then(func() { h.expect(UpdateSendUserMessage, SendRequest{Text: "more"}, true) })
+	}
+	h.then(func() {
+		snap := h.snapshot()
+		if snap.State.TurnCount != 4 || !strings.Contains(snap.State.LastTurnError, "enable compaction with a retention limit") {
+			t.Errorf("state = %+v", snap.State)
+		}
+	})
+	h.run("start")
+	if calls != 3 {
+		t.Errorf("the model was called %d times, want 3: the fourth turn fails before its call", calls)
+	}
+}

@@ -310,6 +310,11 @@ func (r *run) runTurn() error {
 			continue
 		}
 		stepID := r.nextStepID(session.StepRunModel, turn.ID)
+		if r.s.StorageFull() {
+			// No model call: the session could not carry more.
+			r.emit(stepID, r.s.FailTurn(r.s.StorageFullError()))
+			return nil
+		}
 		r.enter(session.StepRunModel)
 		modelCtx, cancel := workflow.WithCancel(r.modelOptions(stepID))
 		r.cancelModel = cancel

@@ -100,6 +100,9 @@ func (s *State) applyRetention(retained int) {
 	if deleted == 0 {
 		return
 	}
+	for _, m := range s.Messages[:deleted] {
+		s.StoredBytes -= messageBytes(m)
+	}
 	s.DeletedBeforeSequence = s.Messages[deleted].Sequence
 	s.Messages = append(s.Messages[:0:0], s.Messages[deleted:]...)
 }

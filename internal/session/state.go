@@ -40,6 +40,8 @@ type State struct {
 	// Settings are the session settings the next turn starts with, as
 	// compact JSON; nil when there are none.
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// StoredBytes is about how much the stored messages take.
+	StoredBytes int64 `json:"storedBytes,omitempty"`
 	// Summary summarizes the earlier messages once the session compacted.
 	Summary *ContextSummary `json:"summary,omitempty"`
 	// DeletedBeforeSequence is where the messages retention deleted end;
@@ -208,6 +210,37 @@ func (s *State) store(m agent.Message) {
 	}
 	s.NextSequence++
 	s.Messages = append(s.Messages, m)
+	s.StoredBytes += messageBytes(m)
+}
+
+// messageBytes is about what a message adds to the state a session carries.
+func messageBytes(m agent.Message) int64 {
+	n := len(m.Text) + len(m.TurnID) + len(m.ToolCallID) + len(m.ToolName) + 64
+	for _, c := range m.ToolCalls {
+		n += len(c.ID) + len(c.Name) + len(c.Arguments)
+	}
+	for _, o := range m.Output {
+		n += len(o.Item) + len(o.Text)
+	}
+	return int64(n)
+}
+
+// MaxStoredMessageBytes is how much message content one session may store:
+// its state travels in one payload when it continues as new, and Temporal
+// refuses payloads over 2 MB. Compaction with a retention limit keeps a
+// session under it however long it runs.
+const MaxStoredMessageBytes = 1536 << 10
+
+// StorageFull reports whether the session stores as much as it may carry;
+// a turn that starts then fails before its model call.
+func (s *State) StorageFull() bool {
+	return s.StoredBytes > MaxStoredMessageBytes
+}
+
+// StorageFullError is the turn error of a session that stores too much.
+func (s *State) StorageFullError() string {
+	return fmt.Sprintf("the session stores %d bytes of messages, more than the %d one session may carry; "+
+		"enable compaction with a retention limit, or start a new session", s.StoredBytes, int64(MaxStoredMessageBytes))
 }
 
 // TurnContext is the committed state a RunModel attempt of the turn works
