@@ -28,8 +28,9 @@ var args = []string{
 	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
 }
 
-// Start starts a dev server from the CLI at path. Stop it with its Stop.
-func Start(ctx context.Context, cli string) (*testsuite.DevServer, error) {
+// Start starts a dev server from the CLI at path, with extra arguments such
+// as dynamic configuration. Stop it with its Stop.
+func Start(ctx context.Context, cli string, extra ...string) (*testsuite.DevServer, error) {
 	quiet := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath:  cli,
@@ -37,7 +38,7 @@ func Start(ctx context.Context, cli string) (*testsuite.DevServer, error) {
 		LogLevel:      "error",
 		SearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeywordList(engine.ActiveStepsAttribute).ValueSet(nil)),
-		ExtraArgs: args,
+		ExtraArgs: append(append([]string(nil), args...), extra...),
 		Stdout:    io.Discard, Stderr: io.Discard,
 	})
 	if err != nil {

@@ -4,14 +4,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
 // RecordHistoriesEnv names the directory TestRecordHistories writes to. The
@@ -108,16 +112,16 @@ func TestRecordHistories(t *testing.T) {
 	must(sessions.Send(ctx, "steered", "after the cancel"))
 	lastAnswer(t, sessions, "steered", 5)
 
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// Since 0.2.0: a tool task, polled until done.
 	must(sessions.Start(ctx, "task", "tools: report_task"))
 	lastAnswer(t, sessions, "task", 1)
 
-	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task"} {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	save := func(c tclient.Client, id, runID, file string) {
 		var history historypb.History
-		it := s.Client.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		it := c.GetWorkflowHistory(ctx, id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		for it.HasNext() {
 			event, err := it.Next()
 			if err != nil {
@@ -129,8 +133,37 @@ func TestRecordHistories(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, id+".json"), doc, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, file), doc, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task"} {
+		save(s.Client, id, "", id+".json")
+	}
+
+	// Since 0.2.0: a session that compacts and continues as new, on a
+	// server that suggests a new run early. A later run starts from the
+	// carried state.
+	long := NewStack(t, ReplayFlowType, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=80")
+	long.Config.Definition.Compaction = &workerconfig.Compaction{ContextWindowTokens: 150, TriggerRatio: 0.85, KeepRatio: 0.3, RetainedMessageLimit: 4}
+	long.StartWorker()
+	longSessions := client.New(long.Client, long.FlowType, "")
+	must(longSessions.Start(ctx, "continued", "question 1"))
+	lastAnswer(t, longSessions, "continued", 1)
+	for i := 2; i <= 12; i++ {
+		must(longSessions.Send(ctx, "continued", "question "+itoa(i)+" "+strings.Repeat("?", 40)))
+		lastAnswer(t, longSessions, "continued", i)
+	}
+	runs, err := long.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowId = "continued"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := runs.GetExecutions()
+	if len(all) < 3 {
+		t.Fatalf("the session ran in %d runs, want at least 3", len(all))
+	}
+	// Runs are listed newest first: keep the first run, and one that began
+	// from carried state and continued again.
+	save(long.Client, "continued", all[len(all)-1].GetExecution().GetRunId(), "continued-first-run.json")
+	save(long.Client, "continued", all[1].GetExecution().GetRunId(), "continued-carried-run.json")
 }

@@ -27,15 +27,15 @@ import (
 // `make test` sets it to the CLI it builds into bin/.
 const TemporalCLIEnv = "STEPWISE_TEMPORAL_CLI"
 
-// StartDevServer starts a Temporal dev server and stops it when the test
-// ends.
-func StartDevServer(t testing.TB) *testsuite.DevServer {
+// StartDevServer starts a Temporal dev server, with extra arguments such as
+// dynamic configuration, and stops it when the test ends.
+func StartDevServer(t testing.TB, extra ...string) *testsuite.DevServer {
 	t.Helper()
 	cli := os.Getenv(TemporalCLIEnv)
 	if cli == "" {
 		t.Fatalf("%s is not set: run the engine tests with `make test`, which builds the Temporal CLI into bin/", TemporalCLIEnv)
 	}
-	server, err := devserver.Start(context.Background(), cli)
+	server, err := devserver.Start(context.Background(), cli, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +102,9 @@ type Stack struct {
 
 // NewStack starts a dev server for a Flow type whose workers run the test
 // worker with the "test" script.
-func NewStack(t testing.TB, flowType string) *Stack {
+func NewStack(t testing.TB, flowType string, serverArgs ...string) *Stack {
 	t.Helper()
-	server := StartDevServer(t)
+	server := StartDevServer(t, serverArgs...)
 	s := &Stack{
 		t: t, Dir: t.TempDir(), Server: server, Client: server.Client(), FlowType: flowType,
 		Binary: workerBinary(t),
