@@ -25,7 +25,7 @@ func TestASessionCompactsAndTheModelSeesTheSummary(t *testing.T) {
 	})
 	h := newHarness(t, agent.Definition{Name: "t", Model: model,
 		Compaction: &agent.CompactionPolicy{ContextWindowTokens: 300, RetainedMessages: 10}})
-	const turns = 30
+	const turns = 60
 	for i := 2; i <= turns; i++ {
 		h.then(func() {
 			h.expect(UpdateSendUserMessage, SendRequest{Text: fmt.Sprintf("question %d %s", i, strings.Repeat("?", 60))}, true)

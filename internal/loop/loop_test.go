@@ -507,7 +507,7 @@ func TestATurnRunsThroughTheSession(t *testing.T) {
 		t.Fatalf("the turn did not complete: %+v", s.Turn)
 	}
 	var texts []string
-	for _, m := range s.Messages {
+	for _, m := range s.Messages() {
 		texts = append(texts, string(m.Role)+": "+m.Text)
 	}
 	want := []string{

@@ -34,10 +34,6 @@ func SummaryOmissionNote(omitted int) string {
 	return fmt.Sprintf("[stepwise] %d earlier messages did not fit in this request and are left out.", omitted)
 }
 
-// RetentionBlock is how many messages retention deletes at a time, the
-// seed's chunk size.
-const RetentionBlock = 32
-
 // CompactionOutcome is what a CompactContext Step returns.
 type CompactionOutcome struct {
 	Text    string      `json:"text"`
@@ -79,32 +75,6 @@ func (s *State) ApplySummary(out CompactionOutcome, now time.Time) []Event {
 	}))
 	s.applyRetention(turn.Options.RetainedMessages)
 	return events
-}
-
-// applyRetention deletes the oldest messages, a block at a time, while
-// every message of the block is covered by the summary and at least
-// retained messages are stored after it. Zero retains every message.
-func (s *State) applyRetention(retained int) {
-	if retained <= 0 || s.Summary == nil {
-		return
-	}
-	deleted := 0
-	for len(s.Messages)-deleted >= RetentionBlock {
-		block := s.Messages[deleted : deleted+RetentionBlock]
-		after := len(s.Messages) - deleted - RetentionBlock
-		if block[len(block)-1].Sequence > s.Summary.LastSequence || after < retained {
-			break
-		}
-		deleted += RetentionBlock
-	}
-	if deleted == 0 {
-		return
-	}
-	for _, m := range s.Messages[:deleted] {
-		s.StoredBytes -= messageBytes(m)
-	}
-	s.DeletedBeforeSequence = s.Messages[deleted].Sequence
-	s.Messages = append(s.Messages[:0:0], s.Messages[deleted:]...)
 }
 
 // CompactionCutoff returns the last message to summarize so that the

@@ -119,8 +119,8 @@ func TestCompactionAndRetention(t *testing.T) {
 	}
 	// Retention deletes whole blocks the summary covers while 100 messages
 	// stay after them: 96 messages (three blocks).
-	if s.DeletedBeforeSequence != 97 || s.Messages[0].Sequence != 97 || len(s.Messages) != 104 {
-		t.Fatalf("after retention: deleted before %d, first %d, %d stored", s.DeletedBeforeSequence, s.Messages[0].Sequence, len(s.Messages))
+	if s.DeletedBeforeSequence != 97 || s.Messages()[0].Sequence != 97 || len(s.Messages()) != 104 {
+		t.Fatalf("after retention: deleted before %d, first %d, %d stored", s.DeletedBeforeSequence, s.Messages()[0].Sequence, len(s.Messages()))
 	}
 	tc, _ = s.TurnContext("turn-1")
 	if len(tc.Messages) != 50 || tc.Messages[0].Sequence != 151 || tc.Summary.Text != "earlier: 150 messages" {
@@ -145,12 +145,12 @@ func TestRetentionKeepsEverythingWithoutALimitOrASummary(t *testing.T) {
 	s.applyRetention(0)
 	s.Summary = &ContextSummary{LastSequence: 190}
 	s.applyRetention(0)
-	if len(s.Messages) != 200 || s.DeletedBeforeSequence != 0 {
-		t.Errorf("%d messages, deleted before %d", len(s.Messages), s.DeletedBeforeSequence)
+	if len(s.Messages()) != 200 || s.DeletedBeforeSequence != 0 {
+		t.Errorf("%d messages, deleted before %d", len(s.Messages()), s.DeletedBeforeSequence)
 	}
 	s.Summary = nil
 	s.applyRetention(10)
-	if len(s.Messages) != 200 {
-		t.Errorf("retention without a summary deleted messages: %d left", len(s.Messages))
+	if len(s.Messages()) != 200 {
+		t.Errorf("retention without a summary deleted messages: %d left", len(s.Messages()))
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 func userTexts(s *State, turnID string) []string {
 	var out []string
-	for _, m := range s.Messages {
+	for _, m := range s.Messages() {
 		if m.TurnID == turnID && m.Role == agent.RoleUser {
 			out = append(out, m.Text)
 		}
@@ -136,7 +136,7 @@ func TestSteerDuringToolCallsRejectsEveryWaitAndKeepsSettledResults(t *testing.T
 		t.Errorf("turn_steered = %v", p)
 	}
 	var results []string
-	for _, m := range s.Messages {
+	for _, m := range s.Messages() {
 		if m.TurnID == "turn-1" && m.Role == agent.RoleTool {
 			results = append(results, m.ToolCallID+"="+m.Text)
 		}
@@ -214,7 +214,7 @@ func TestCancelTurn(t *testing.T) {
 	if s.Turn != nil || s.Status != StatusWaitingForUserMessage {
 		t.Errorf("after a cancel: turn %+v, status %s", s.Turn, s.Status)
 	}
-	if last := s.Messages[len(s.Messages)-1]; last.ToolCallID != "r1" || last.Text != "found" {
+	if last := s.Messages()[len(s.Messages())-1]; last.ToolCallID != "r1" || last.Text != "found" {
 		t.Errorf("last message = %+v, want the running call's own result", last)
 	}
 	if _, err := s.CancelTurn(CancelRequest{TurnID: "turn-1"}, testNow); !isRejection(err) {

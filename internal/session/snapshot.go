@@ -75,8 +75,9 @@ func (s *State) Snapshot() Snapshot {
 		}
 	}
 	snap.State = view
-	from := max(0, len(s.Messages)-SnapshotMessageCount)
-	snap.Messages = append(snap.Messages, s.Messages[from:]...)
+	all := s.Messages()
+	from := max(0, len(all)-SnapshotMessageCount)
+	snap.Messages = append(snap.Messages, all[from:]...)
 	return snap
 }
 
@@ -112,21 +113,22 @@ func (s *State) ListMessages(req ListMessagesRequest) MessagesPage {
 	limit := ClampLimit(req.Limit)
 	page := MessagesPage{Messages: []agent.Message{}}
 	page.DeletedBeforeSequence = s.DeletedBeforeSequence
-	if len(s.Messages) == 0 {
+	all := s.Messages()
+	if len(all) == 0 {
 		return page
 	}
-	page.FirstSequence = s.Messages[0].Sequence
-	end := len(s.Messages)
+	page.FirstSequence = all[0].Sequence
+	end := len(all)
 	if req.BeforeSequence > 0 {
 		end = 0
-		for end < len(s.Messages) && s.Messages[end].Sequence < req.BeforeSequence {
+		for end < len(all) && all[end].Sequence < req.BeforeSequence {
 			end++
 		}
 	}
 	start := max(0, end-limit)
-	page.Messages = append(page.Messages, s.Messages[start:end]...)
+	page.Messages = append(page.Messages, all[start:end]...)
 	if start > 0 {
-		page.NextBeforeSequence = s.Messages[start].Sequence
+		page.NextBeforeSequence = all[start].Sequence
 	}
 	return page
 }

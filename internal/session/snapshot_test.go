@@ -90,7 +90,7 @@ func TestSnapshotKeepsTheLast200Messages(t *testing.T) {
 				t.Errorf("snapshot holds %d messages %d..%d, want %d..%d", len(got), got[0], got[len(got)-1], c.wantSeqs[0], c.wantSeqs[len(c.wantSeqs)-1])
 			}
 			snap.Messages[0].Text = "changed"
-			if s.Messages[len(s.Messages)-len(snap.Messages)].Text == "changed" {
+			if s.Messages()[len(s.Messages())-len(snap.Messages)].Text == "changed" {
 				t.Error("the snapshot shares the session's messages")
 			}
 		})

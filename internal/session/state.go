@@ -21,8 +21,11 @@ type State struct {
 	Started        bool            `json:"started"`
 	Status         Status          `json:"status"`
 	Mode           InteractionMode `json:"mode"`
-	// Messages are the stored messages in sequence order.
-	Messages     []agent.Message `json:"messages"`
+	// Window holds the newest stored messages; Chunks the older ones that
+	// retention has kept, oldest first; Index says where each is.
+	Window       []agent.Message `json:"window"`
+	Chunks       []MessageChunk  `json:"chunks,omitempty"`
+	Index        MessageIndex    `json:"index"`
 	NextSequence int64           `json:"nextSequence"`
 	TurnCount    int             `json:"turnCount"`
 	Turn         *Turn           `json:"turn,omitempty"`
@@ -209,8 +212,7 @@ func (s *State) store(m agent.Message) {
 		m.TurnID = s.Turn.ID
 	}
 	s.NextSequence++
-	s.Messages = append(s.Messages, m)
-	s.StoredBytes += messageBytes(m)
+	s.storeMessage(m)
 }
 
 // messageBytes is about what a message adds to the state a session carries.
@@ -817,7 +819,7 @@ func (s *State) clearTurn(turn *Turn) {
 
 func (s *State) turnMessageCount(turnID string) int {
 	count := 0
-	for _, m := range s.Messages {
+	for _, m := range s.Messages() {
 		if m.TurnID == turnID {
 			count++
 		}
@@ -828,12 +830,13 @@ func (s *State) turnMessageCount(turnID string) int {
 // messagesAfterSummary are the stored messages the summary does not cover:
 // the model input after it.
 func (s *State) messagesAfterSummary() []agent.Message {
+	all := s.Messages()
 	if s.Summary == nil {
-		return s.Messages
+		return all
 	}
-	for i, m := range s.Messages {
+	for i, m := range all {
 		if m.Sequence > s.Summary.LastSequence {
-			return s.Messages[i:]
+			return all[i:]
 		}
 	}
 	return nil

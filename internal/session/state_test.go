@@ -127,8 +127,8 @@ func TestStart(t *testing.T) {
 				t.Errorf("after Start: started=%v request=%q status=%q mode=%q", s.Started, s.StartRequestID, s.Status, s.Mode)
 			}
 			if !c.wantTurn {
-				if events != nil || s.Turn != nil || len(s.Messages) != 0 || len(s.Queued) != 0 {
-					t.Errorf("a blank initial message started something: events=%v turn=%v messages=%v queued=%v", eventTypes(events), s.Turn, s.Messages, s.Queued)
+				if events != nil || s.Turn != nil || len(s.Messages()) != 0 || len(s.Queued) != 0 {
+					t.Errorf("a blank initial message started something: events=%v turn=%v messages=%v queued=%v", eventTypes(events), s.Turn, s.Messages(), s.Queued)
 				}
 				return
 			}
@@ -140,8 +140,8 @@ func TestStart(t *testing.T) {
 				t.Fatalf("turn = %+v queued = %v", s.Turn, s.Queued)
 			}
 			want := agent.Message{Sequence: 1, TurnID: "turn-1", Role: agent.RoleUser, Text: c.message}
-			if len(s.Messages) != 1 || s.Messages[0].Sequence != want.Sequence || s.Messages[0].TurnID != want.TurnID || s.Messages[0].Role != want.Role || s.Messages[0].Text != want.Text {
-				t.Errorf("messages = %+v, want [%+v]", s.Messages, want)
+			if len(s.Messages()) != 1 || s.Messages()[0].Sequence != want.Sequence || s.Messages()[0].TurnID != want.TurnID || s.Messages()[0].Role != want.Role || s.Messages()[0].Text != want.Text {
+				t.Errorf("messages = %+v, want [%+v]", s.Messages(), want)
 			}
 		})
 	}
@@ -228,7 +228,7 @@ func TestBeginTurnNumbersTurnsAndSequences(t *testing.T) {
 		t.Errorf("second turn = %+v", s.Turn)
 	}
 	var got []string
-	for i, m := range s.Messages {
+	for i, m := range s.Messages() {
 		if m.Sequence != int64(i+1) {
 			t.Errorf("message %d has sequence %d", i, m.Sequence)
 		}
@@ -284,8 +284,8 @@ func TestApplyModelOutcomeEndsTheTurn(t *testing.T) {
 			if s.Turn != nil || s.Status != StatusWaitingForUserMessage || s.Mode != ModeChat {
 				t.Errorf("turn %+v status %q after the turn ended", s.Turn, s.Status)
 			}
-			if len(s.Messages) != 2 || s.Messages[1].Role != agent.RoleAssistant || s.Messages[1].Sequence != 2 || s.Messages[1].TurnID != "turn-1" {
-				t.Errorf("messages = %+v", s.Messages)
+			if len(s.Messages()) != 2 || s.Messages()[1].Role != agent.RoleAssistant || s.Messages()[1].Sequence != 2 || s.Messages()[1].TurnID != "turn-1" {
+				t.Errorf("messages = %+v", s.Messages())
 			}
 			wantUsage := agent.Usage{ModelCalls: 4, InputTokens: 100}.Add(c.outcome.Usage)
 			if s.Usage != wantUsage {
@@ -307,8 +307,8 @@ func TestApplyModelOutcomeEndsTheTurn(t *testing.T) {
 func TestApplyModelOutcomeWithoutATurnDoesNothing(t *testing.T) {
 	s := startedState(t)
 	records, events := s.ApplyModelOutcome(completed("x"), testNow)
-	if records != nil || events != nil || len(s.Messages) != 0 || s.Usage != (agent.Usage{}) {
-		t.Errorf("records=%v events=%v messages=%v usage=%+v", records, eventTypes(events), s.Messages, s.Usage)
+	if records != nil || events != nil || len(s.Messages()) != 0 || s.Usage != (agent.Usage{}) {
+		t.Errorf("records=%v events=%v messages=%v usage=%+v", records, eventTypes(events), s.Messages(), s.Usage)
 	}
 }
 
@@ -375,8 +375,8 @@ func TestApplyModelOutcomeRecordsRequestedToolCalls(t *testing.T) {
 	if s.Status != StatusRunningTools || s.Turn.RunState != `{"modelCalls":1}` || s.Turn.ModelCalls != 1 || s.Turn.Usage.InputTokens != 10 {
 		t.Errorf("status %q turn %+v", s.Status, s.Turn)
 	}
-	if len(s.Messages) != 2 || len(s.Messages[1].ToolCalls) != 4 || s.Messages[1].TurnID != "turn-1" {
-		t.Errorf("the answer asking for tools was not stored: %+v", s.Messages)
+	if len(s.Messages()) != 2 || len(s.Messages()[1].ToolCalls) != 4 || s.Messages()[1].TurnID != "turn-1" {
+		t.Errorf("the answer asking for tools was not stored: %+v", s.Messages())
 	}
 	if s.ToolCallsFinal() {
 		t.Error("ToolCallsFinal with calls still to run")
@@ -538,8 +538,8 @@ func TestBadToolCallIDsFailTheTurn(t *testing.T) {
 			if s.Turn != nil || s.Status != StatusWaitingForUserMessage || len(s.Interrupts) != 0 {
 				t.Errorf("the turn did not end: %+v", s.Turn)
 			}
-			if len(s.Messages) != 1 {
-				t.Errorf("messages = %+v, want only the user's: the answer is not stored", s.Messages)
+			if len(s.Messages()) != 1 {
+				t.Errorf("messages = %+v, want only the user's: the answer is not stored", s.Messages())
 			}
 			if s.Usage.ModelCalls != 1 {
 				t.Errorf("the model call's usage was not recorded: %+v", s.Usage)
@@ -553,7 +553,7 @@ func TestToolCallIDRepeatedFromAnEarlierModelCallFailsTheTurn(t *testing.T) {
 	s.ApplyModelOutcome(requested(allBuiltIns, call("c1", "lookup", `{"id":"7"}`, readPolicy)), testNow)
 	s.RecordToolOutcome("c1", ToolOutcome{Kind: ToolResultSucceeded, Output: "order 7"})
 	s.ResumeTurn()
-	before := len(s.Messages)
+	before := len(s.Messages())
 
 	_, events := s.ApplyModelOutcome(requested(allBuiltIns, call("c1", "lookup", `{"id":"8"}`, readPolicy)), testNow)
 	wantEvents(t, events, EventUsageRecorded, EventTurnFailed)
@@ -561,10 +561,10 @@ func TestToolCallIDRepeatedFromAnEarlierModelCallFailsTheTurn(t *testing.T) {
 		t.Errorf("LastTurnError = %q", s.LastTurnError)
 	}
 	// The earlier call's result is already stored; the failure adds the note.
-	if len(s.Messages) != before+1 {
-		t.Fatalf("messages = %+v", s.Messages)
+	if len(s.Messages()) != before+1 {
+		t.Fatalf("messages = %+v", s.Messages())
 	}
-	note := s.Messages[len(s.Messages)-1]
+	note := s.Messages()[len(s.Messages())-1]
 	wantNote := TurnFailureNoteHeader + "\n- lookup {\"id\":\"7\"} -> succeeded: order 7\n" + TurnFailureNoteFooter
 	if note.Role != agent.RoleUser || note.Text != wantNote {
 		t.Errorf("note = %+v, want %q", note, wantNote)
@@ -1013,12 +1013,12 @@ func TestResumeTurnStoresResultsInModelOrderOnce(t *testing.T) {
 	if !s.ToolCallsFinal() {
 		t.Fatal("ToolCallsFinal is false with every call final")
 	}
-	before := len(s.Messages)
+	before := len(s.Messages())
 	s.ResumeTurn()
 	if s.Status != StatusRunningModel {
 		t.Errorf("status = %q", s.Status)
 	}
-	got := s.Messages[before:]
+	got := s.Messages()[before:]
 	want := []agent.Message{
 		{Sequence: 3, TurnID: "turn-1", Role: agent.RoleTool, ToolCallID: "a", ToolName: "first", Text: "The tool call failed: boom"},
 		{Sequence: 4, TurnID: "turn-1", Role: agent.RoleTool, ToolCallID: "b", ToolName: "second", Text: OutcomeUnknownText},
@@ -1039,8 +1039,8 @@ func TestResumeTurnStoresResultsInModelOrderOnce(t *testing.T) {
 		}
 	}
 	s.ResumeTurn()
-	if len(s.Messages) != before+3 {
-		t.Errorf("a second ResumeTurn stored %d more messages", len(s.Messages)-before-3)
+	if len(s.Messages()) != before+3 {
+		t.Errorf("a second ResumeTurn stored %d more messages", len(s.Messages())-before-3)
 	}
 
 	tc, err := s.TurnContext("turn-1")
@@ -1093,7 +1093,7 @@ func TestFailTurn(t *testing.T) {
 	), testNow)
 	s.RecordToolOutcome("c", ToolOutcome{Kind: ToolResultOutcomeUnknown, Error: "timeout"})
 	s.RecordToolOutcome("a", ToolOutcome{Kind: ToolResultSucceeded, Output: "order 7"})
-	before := len(s.Messages)
+	before := len(s.Messages())
 
 	events := s.FailTurn("model unavailable")
 	wantEvents(t, events, EventTurnFailed)
@@ -1103,7 +1103,7 @@ func TestFailTurn(t *testing.T) {
 	if s.LastTurnError != "model unavailable" || s.Turn != nil || s.Status != StatusWaitingForUserMessage || len(s.Interrupts) != 0 {
 		t.Errorf("after FailTurn: error %q turn %v status %q interrupts %v", s.LastTurnError, s.Turn, s.Status, s.Interrupts)
 	}
-	stored := s.Messages[before:]
+	stored := s.Messages()[before:]
 	if len(stored) != 3 {
 		t.Fatalf("stored %+v, want two results and a note", stored)
 	}
@@ -1132,11 +1132,11 @@ func TestFailTurn(t *testing.T) {
 func TestFailTurnWithoutFinalRecordsStoresNoNote(t *testing.T) {
 	s := inTurn(t, "x")
 	s.ApplyModelOutcome(requested(allBuiltIns, call("b", "refund", `{}`, writePolicy)), testNow)
-	before := len(s.Messages)
+	before := len(s.Messages())
 	events := s.FailTurn("crashed")
 	wantEvents(t, events, EventTurnFailed)
-	if len(s.Messages) != before {
-		t.Errorf("stored %+v", s.Messages[before:])
+	if len(s.Messages()) != before {
+		t.Errorf("stored %+v", s.Messages()[before:])
 	}
 	if s.LastTurnError != "crashed" {
 		t.Errorf("LastTurnError = %q", s.LastTurnError)
@@ -1145,8 +1145,8 @@ func TestFailTurnWithoutFinalRecordsStoresNoNote(t *testing.T) {
 	s = inTurn(t, "y")
 	events = s.FailTurn("failed before any tool")
 	wantEvents(t, events, EventTurnFailed)
-	if len(s.Messages) != 1 {
-		t.Errorf("messages = %+v", s.Messages)
+	if len(s.Messages()) != 1 {
+		t.Errorf("messages = %+v", s.Messages())
 	}
 
 	idle := startedState(t)
@@ -1194,9 +1194,9 @@ func TestApplyModelOutcomeContinuesTheTurn(t *testing.T) {
 	if s.Turn == nil || s.Status != StatusRunningModel || s.Turn.RunState != `{"modelCalls":1,"continuations":1}` || s.Turn.ModelCalls != 1 {
 		t.Fatalf("after a continuation: status %q, turn %+v", s.Status, s.Turn)
 	}
-	last := s.Messages[len(s.Messages)-1]
-	if len(s.Messages) != 3 || last.Role != agent.RoleUser || last.Text != "Be sure." || last.TurnID != "turn-1" {
-		t.Errorf("messages = %+v, want the continuation stored as user text of the turn", s.Messages)
+	last := s.Messages()[len(s.Messages())-1]
+	if len(s.Messages()) != 3 || last.Role != agent.RoleUser || last.Text != "Be sure." || last.TurnID != "turn-1" {
+		t.Errorf("messages = %+v, want the continuation stored as user text of the turn", s.Messages())
 	}
 	if _, err := s.TurnContext("turn-1"); err != nil {
 		t.Errorf("the next model call cannot load the turn: %v", err)
