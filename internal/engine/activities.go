@@ -41,19 +41,28 @@ type Activities struct {
 
 // RunModel makes exactly one model call per attempt.
 func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.ModelOutcome, error) {
-	info := activity.GetInfo(ctx)
-	turn, err := a.State.LoadTurn(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.TurnID)
+	turn, stop, err := a.loadTurn(ctx, in)
 	if err != nil {
-		return session.ModelOutcome{}, fmt.Errorf("loading the committed state of %s: %w", in.TurnID, err)
+		return session.ModelOutcome{}, err
 	}
-	turn.Attempt = int(info.Attempt)
-	turn.Events = a.writer(ctx, in.TurnID)
-	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
-	stop := heartbeatInBackground(ctx, turn.Heartbeat)
 	defer stop()
 	out, err := a.Runner.RunModelStep(ctx, turn)
 	out.Attempt = turn.Attempt
 	return out, modelFailure(err)
+}
+
+// loadTurn loads the committed state a model Step attempt works from, with
+// the attempt's events and heartbeat; stop ends the background heartbeat.
+func (a *Activities) loadTurn(ctx context.Context, in RunModelInput) (turn session.TurnContext, stop func(), err error) {
+	info := activity.GetInfo(ctx)
+	turn, err = a.State.LoadTurn(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.TurnID)
+	if err != nil {
+		return session.TurnContext{}, nil, fmt.Errorf("loading the committed state of %s: %w", in.TurnID, err)
+	}
+	turn.Attempt = int(info.Attempt)
+	turn.Events = a.writer(ctx, in.TurnID)
+	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
+	return turn, heartbeatInBackground(ctx, turn.Heartbeat), nil
 }
 
 // CompactContext makes one summary call per attempt.
@@ -62,15 +71,10 @@ func (a *Activities) CompactContext(ctx context.Context, in RunModelInput) (sess
 	if !ok {
 		return session.CompactionOutcome{}, temporal.NewNonRetryableApplicationError("the runner cannot summarize the conversation", "stepwise.NoCompactor", nil)
 	}
-	info := activity.GetInfo(ctx)
-	turn, err := a.State.LoadTurn(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.TurnID)
+	turn, stop, err := a.loadTurn(ctx, in)
 	if err != nil {
-		return session.CompactionOutcome{}, fmt.Errorf("loading the committed state of %s: %w", in.TurnID, err)
+		return session.CompactionOutcome{}, err
 	}
-	turn.Attempt = int(info.Attempt)
-	turn.Events = a.writer(ctx, in.TurnID)
-	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
-	stop := heartbeatInBackground(ctx, turn.Heartbeat)
 	defer stop()
 	out, err := compactor.SummarizeContext(ctx, turn)
 	out.Attempt = turn.Attempt
@@ -113,12 +117,7 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.To
 	out, err := a.Runner.ExecuteToolCall(ctx, exec)
 	if err == nil && out.Kind == session.ToolResultTaskStarted {
 		if _, polls := a.Runner.(session.TaskRunner); !polls {
-			// The task runs on with no one to follow it.
-			kind := session.ToolResultOutcomeUnknown
-			if in.Call.Effect == agent.EffectRead {
-				kind = session.ToolResultFailed
-			}
-			return session.ToolOutcome{Kind: kind, Error: agent.MissingTaskPollerText(in.Call.Name)}, nil
+			return session.MissingPollerOutcome(in.Call), nil
 		}
 	}
 	return out, err

@@ -315,13 +315,8 @@ func (r *run) runTurn() error {
 			r.emit(stepID, r.s.FailTurn(r.s.StorageFullError()))
 			return nil
 		}
-		r.enter(session.StepRunModel)
-		modelCtx, cancel := workflow.WithCancel(r.modelOptions(stepID))
-		r.cancelModel = cancel
 		var out session.ModelOutcome
-		err := workflow.ExecuteActivity(modelCtx, string(session.StepRunModel), RunModelInput{TurnID: turn.ID}).Get(r.ctx, &out)
-		r.cancelModel = nil
-		r.leave(session.StepRunModel)
+		err := r.modelStep(session.StepRunModel, stepID, turn.ID, &out)
 		if r.s.ModelCallCancelled() {
 			// cancel_turn while the model call ran: its answer is dropped.
 			r.applyTurnControl()
@@ -368,18 +363,24 @@ func (r *run) runTurn() error {
 	return nil
 }
 
+// modelStep runs RunModel or CompactContext with RunModel's limits, where
+// cancel_turn can cancel it.
+func (r *run) modelStep(step session.StepName, stepID, turnID string, out any) error {
+	r.enter(step)
+	defer r.leave(step)
+	ctx, cancel := workflow.WithCancel(r.modelOptions(stepID))
+	r.cancelModel = cancel
+	defer func() { r.cancelModel = nil }()
+	return workflow.ExecuteActivity(ctx, string(step), RunModelInput{TurnID: turnID}).Get(r.ctx, out)
+}
+
 // compact is CompactContext: one summary call with RunModel's limits; a
 // failure fails the turn, and cancel_turn drops the summary.
 func (r *run) compact() error {
 	turn := r.s.Turn
 	stepID := r.nextStepID(session.StepCompactContext, turn.ID)
-	r.enter(session.StepCompactContext)
-	ctx, cancel := workflow.WithCancel(r.modelOptions(stepID))
-	r.cancelModel = cancel
 	var out session.CompactionOutcome
-	err := workflow.ExecuteActivity(ctx, string(session.StepCompactContext), RunModelInput{TurnID: turn.ID}).Get(r.ctx, &out)
-	r.cancelModel = nil
-	r.leave(session.StepCompactContext)
+	err := r.modelStep(session.StepCompactContext, stepID, turn.ID, &out)
 	switch {
 	case r.s.ModelCallCancelled():
 		r.applyTurnControl()

@@ -254,7 +254,9 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 	if err != nil {
 		return session.ModelOutcome{}, err
 	}
-	if cut := r.compactionCutoff(turn, model, r.Request(turn)); cut > 0 {
+	req := r.Request(turn)
+	req.Settings = model.Settings
+	if cut := r.compactionCutoff(turn, model, req); cut > 0 {
 		return session.ModelOutcome{Kind: session.OutcomeCompactionNeeded, CompactThrough: cut, Options: r.options()}, nil
 	}
 	// The messages of this iteration that precede the model's answer: a
@@ -275,9 +277,7 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		}
 		state.Continuations = 0
 	}
-	req := r.Request(turn)
 	req.Input = append(req.Input, lead...)
-	req.Settings = model.Settings
 	if f, ok := model.Client.(agent.ForcedToolChoice); ok && req.ToolChoice == agent.ToolChoiceRequired && !f.SupportsForcedToolChoice(req.Settings) {
 		return session.ModelOutcome{
 			Kind: session.OutcomeTurnCompleted, Options: r.options(),
@@ -418,11 +418,7 @@ func (r *Runner) ExecuteToolCall(ctx context.Context, call session.ToolExecution
 	output, err := tool.Call(ctx, toolContext(call), call.Call.Arguments)
 	if task, started := agent.IsTaskStarted(err); started {
 		if tool.Poller == nil {
-			kind := session.ToolResultOutcomeUnknown
-			if call.Call.Effect == agent.EffectRead {
-				kind = session.ToolResultFailed
-			}
-			return session.ToolOutcome{Kind: kind, Error: agent.MissingTaskPollerText(tool.Name)}, nil
+			return session.MissingPollerOutcome(call.Call), nil
 		}
 		return session.ToolOutcome{Kind: session.ToolResultTaskStarted, TaskID: task.TaskID, PollInterval: task.PollInterval}, nil
 	}

@@ -818,13 +818,21 @@ func (s *State) clearTurn(turn *Turn) {
 }
 
 func (s *State) turnMessageCount(turnID string) int {
-	count := 0
-	for _, m := range s.Messages() {
-		if m.TurnID == turnID {
-			count++
-		}
+	count := countTurn(s.Window, turnID)
+	for _, c := range s.Chunks {
+		count += countTurn(c.Messages, turnID)
 	}
 	return count
+}
+
+func countTurn(messages []agent.Message, turnID string) int {
+	n := 0
+	for _, m := range messages {
+		if m.TurnID == turnID {
+			n++
+		}
+	}
+	return n
 }
 
 // messagesAfterSummary are the stored messages the summary does not cover:

@@ -69,3 +69,14 @@ func (s *State) RecordTaskAbandoned(id string) []Event {
 	r.CancellationReason = CancelledByUser
 	return s.finish(r, ToolCallOutcomeUnknown, "", TaskAbandonedText)
 }
+
+// MissingPollerOutcome is the outcome of a call whose tool started a task
+// that no poller can follow: a read failed, and a write's outcome is
+// unknown because the task runs on.
+func MissingPollerOutcome(r ToolCallRecord) ToolOutcome {
+	kind := ToolResultOutcomeUnknown
+	if r.Effect == agent.EffectRead {
+		kind = ToolResultFailed
+	}
+	return ToolOutcome{Kind: kind, Error: agent.MissingTaskPollerText(r.Name)}
+}
