@@ -123,11 +123,7 @@ func TestAWorkerKilledWhilePollingAToolTaskOnlyDelaysThePoll(t *testing.T) {
 	if err := gate.WaitReached(waitLong); err != nil {
 		t.Fatal(err)
 	}
-	first.Kill()
-	if err := gate.Release(); err != nil {
-		t.Fatal(err)
-	}
-	second := s.StartWorker()
+	second := replaceAtGate(t, s, first, gate)
 	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: report_task=report job-c1 ready" {
 		t.Errorf("answer = %q", answer)
 	}
@@ -148,11 +144,7 @@ func TestARetriedToolStepResumesTheTaskItsCheckpointNames(t *testing.T) {
 	sessions, first, gate := stopAtGate(t, s, "report_task")
 	// Let a heartbeat carry the checkpoint to the engine.
 	time.Sleep(2500 * time.Millisecond)
-	first.Kill()
-	if err := gate.Release(); err != nil {
-		t.Fatal(err)
-	}
-	s.StartWorker()
+	replaceAtGate(t, s, first, gate)
 	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: report_task=report job-c1 ready" {
 		t.Errorf("answer = %q", answer)
 	}

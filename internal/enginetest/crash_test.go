@@ -46,11 +46,7 @@ func callsOf(s *Stack, tool string) [][]string {
 func TestANonIdempotentWriteKilledMidCallIsOutcomeUnknownAndNeverRunsAgain(t *testing.T) {
 	s := NewStack(t, "CrashWrite")
 	sessions, first, gate := stopAtGate(t, s, "write_once")
-	first.Kill()
-	if err := gate.Release(); err != nil {
-		t.Fatal(err)
-	}
-	s.StartWorker()
+	replaceAtGate(t, s, first, gate)
 	answer := lastAnswer(t, sessions, "s1", 1)
 	if !strings.Contains(answer, session.OutcomeUnknownText) {
 		t.Errorf("the model saw %q, want the outcome-unknown text", answer)
@@ -63,11 +59,7 @@ func TestANonIdempotentWriteKilledMidCallIsOutcomeUnknownAndNeverRunsAgain(t *te
 func TestAReadKilledMidCallRunsAgainWithTheSameIdempotencyKey(t *testing.T) {
 	s := NewStack(t, "CrashRead")
 	sessions, first, gate := stopAtGate(t, s, "read_a")
-	first.Kill()
-	if err := gate.Release(); err != nil {
-		t.Fatal(err)
-	}
-	second := s.StartWorker()
+	second := replaceAtGate(t, s, first, gate)
 	answer := lastAnswer(t, sessions, "s1", 1)
 	if answer != "results: read_a=read_a done: n1" {
 		t.Errorf("answer = %q", answer)
@@ -155,11 +147,7 @@ func TestAKillDuringRunModelRepeatsOnlyThatModelCall(t *testing.T) {
 	if err := gate.WaitReached(waitLong); err != nil {
 		t.Fatal(err)
 	}
-	first.Kill()
-	if err := gate.Release(); err != nil {
-		t.Fatal(err)
-	}
-	second := s.StartWorker()
+	second := replaceAtGate(t, s, first, gate)
 	if answer := lastAnswer(t, sessions, "s1", 2); answer != "echo: gate-model hello" {
 		t.Errorf("answer = %q", answer)
 	}
@@ -208,6 +196,17 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 // stopAtGate arms a tool's gate, starts a worker and a session "s1" that
 // calls the tool, and returns once the worker stopped at the gate.
+// replaceAtGate kills a worker held at a gate, releases the gate, and
+// starts a replacement worker.
+func replaceAtGate(t *testing.T, s *Stack, w *Worker, gate Gate) *Worker {
+	t.Helper()
+	w.Kill()
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	return s.StartWorker()
+}
+
 func stopAtGate(t *testing.T, s *Stack, tool string) (*client.Sessions, *Worker, Gate) {
 	t.Helper()
 	sessions := client.New(s.Client, s.FlowType, "")

@@ -83,11 +83,7 @@ func TestRecordHistories(t *testing.T) {
 	if err := gate.WaitReached(waitLong); err != nil {
 		t.Fatal(err)
 	}
-	first.Kill()
-	if err := gate.Release(); err != nil {
-		t.Fatal(err)
-	}
-	s.StartWorker()
+	replaceAtGate(t, s, first, gate)
 	lastAnswer(t, sessions, "crash", 1)
 
 	// Since 0.2.0: session settings, steering and cancel_turn.
