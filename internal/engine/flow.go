@@ -429,6 +429,8 @@ func (r *run) runToolCall(ctx workflow.Context, id string) {
 			r.callTool(ctx, rec)
 		case session.ToolCallWaitingForTask:
 			err = r.pollTask(ctx, rec)
+		case session.ToolCallWriteQueued:
+			err = r.awaitWrite(ctx, rec)
 		default:
 			return
 		}
@@ -436,6 +438,16 @@ func (r *run) runToolCall(ctx workflow.Context, id string) {
 			return
 		}
 	}
+}
+
+// awaitWrite holds an ordered write until the write before it is final,
+// then admits or skips it.
+func (r *run) awaitWrite(ctx workflow.Context, rec *session.ToolCallRecord) error {
+	if err := workflow.Await(ctx, func() bool { return r.s.WriteReleasable(rec.ID) }); err != nil {
+		return err
+	}
+	r.emit(waitStepID(session.StepAwaitToolApproval, r.s.Turn.ID, rec.ID), r.s.ReleaseWrite(rec.ID, workflow.Now(ctx)))
+	return nil
 }
 
 func (r *run) record(id string) *session.ToolCallRecord {

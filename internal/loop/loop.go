@@ -93,9 +93,10 @@ func (r *Runner) options() session.TurnOptions {
 	return opts
 }
 
-// Request builds the model request of a turn from committed state. After
-// the turn's model call limit, no tools are offered.
-func (r *Runner) Request(turn session.TurnContext) agent.ModelRequest {
+// Request builds the model request of a turn from committed state and the
+// tools its sources listed for this call. After the turn's model call
+// limit, no tools are offered.
+func (r *Runner) Request(turn session.TurnContext, listed []agent.ToolDefinition) agent.ModelRequest {
 	req := agent.ModelRequest{
 		Instructions: r.def.Instructions,
 		Input:        withSummaryNote(withPlanNote(session.PairToolResults(turn.Messages), turn), turn.Summary),
@@ -117,6 +118,7 @@ func (r *Runner) Request(turn session.TurnContext) agent.ModelRequest {
 	for _, t := range r.def.Tools {
 		req.Tools = append(req.Tools, t.Definition())
 	}
+	req.Tools = append(req.Tools, listed...)
 	for _, b := range r.offeredBuiltIns() {
 		req.Tools = append(req.Tools, session.BuiltInToolDefinitions[b])
 	}
@@ -254,7 +256,11 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 	if err != nil {
 		return session.ModelOutcome{}, err
 	}
-	req := r.Request(turn)
+	listed, err := r.listSources(ctx, turn)
+	if err != nil {
+		return session.ModelOutcome{}, err
+	}
+	req := r.Request(turn, definitions(listed))
 	req.Settings = model.Settings
 	if cut := r.compactionCutoff(turn, model, req); cut > 0 {
 		return session.ModelOutcome{Kind: session.OutcomeCompactionNeeded, CompactThrough: cut, Options: r.options()}, nil
@@ -337,9 +343,7 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		out.Kind = session.OutcomeToolCallsRequested
 		out.RunState = runState{ModelCalls: turn.ModelCalls + 1, AfterTools: true}.encode()
 		for _, c := range calls {
-			out.ToolCalls = append(out.ToolCalls, session.DeferredToolCall{
-				ID: c.ID, Name: c.Name, Arguments: c.Arguments, Policy: r.policy(c.Name), StepLimit: r.stepLimit(c.Name),
-			})
+			out.ToolCalls = append(out.ToolCalls, r.deferCall(c, listed))
 		}
 	}
 	return out, nil
@@ -391,33 +395,48 @@ func iterationResults(turn session.TurnContext) []agent.ToolResult {
 	return out
 }
 
-// policy resolves a called tool's policy. A name no tool answers to runs
+// deferCall turns one call the model made into a deferred tool call: a
+// function tool with its policy, a listed tool with the policy, reference
+// and order its source gave, or a name nothing answers to, which runs
 // without approval and fails as an unknown tool: it never reaches anything.
-func (r *Runner) policy(name string) agent.Policy {
-	if _, ok := r.def.Tool(name); !ok {
-		noApproval := false
-		return agent.Policy{Effect: agent.EffectUnclassified, RequiresApproval: &noApproval}
+func (r *Runner) deferCall(c agent.ToolCall, listed []sourceTool) session.DeferredToolCall {
+	call := session.DeferredToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
+	if t, ok := r.def.Tool(c.Name); ok {
+		call.Policy, call.StepLimit = r.def.ResolvePolicy(c.Name, ""), t.StepLimit
+		return call
 	}
-	return r.def.ResolvePolicy(name, "")
+	for _, t := range listed {
+		if t.Name == c.Name {
+			call.Policy, call.StepLimit, call.Ordered = t.Policy, t.StepLimit, t.Ordered
+			call.SourceReference = encodeReference(t.source, t.Reference)
+			return call
+		}
+	}
+	noApproval := false
+	call.Policy = agent.Policy{Effect: agent.EffectUnclassified, RequiresApproval: &noApproval}
+	return call
 }
 
-// stepLimit is a function tool's own Step limit, if it has one.
-func (r *Runner) stepLimit(name string) *agent.StepLimit {
-	if t, ok := r.def.Tool(name); ok {
-		return t.StepLimit
-	}
-	return nil
-}
-
-// ExecuteToolCall runs one function tool call once.
+// ExecuteToolCall runs one tool call once: a function tool's, or a listed
+// tool's through the source that listed it.
 func (r *Runner) ExecuteToolCall(ctx context.Context, call session.ToolExecution) (session.ToolOutcome, error) {
+	if call.Call.SourceReference != "" {
+		return r.callSource(ctx, call)
+	}
 	tool, ok := r.def.Tool(call.Call.Name)
 	if !ok {
 		return session.ToolOutcome{Kind: session.ToolResultFailed, Error: "unknown tool " + call.Call.Name}, nil
 	}
 	output, err := tool.Call(ctx, toolContext(call), call.Call.Arguments)
+	return callOutcome(call, output, err, tool.Poller != nil)
+}
+
+// callOutcome maps what a tool call returned onto a tool outcome: a task a
+// tool started needs a poller, or the call records the missing-poller
+// outcome.
+func callOutcome(call session.ToolExecution, output string, err error, polled bool) (session.ToolOutcome, error) {
 	if task, started := agent.IsTaskStarted(err); started {
-		if tool.Poller == nil {
+		if !polled {
 			return session.MissingPollerOutcome(call.Call), nil
 		}
 		return session.ToolOutcome{Kind: session.ToolResultTaskStarted, TaskID: task.TaskID, PollInterval: task.PollInterval}, nil
@@ -425,21 +444,31 @@ func (r *Runner) ExecuteToolCall(ctx context.Context, call session.ToolExecution
 	return toolOutcome(output, err)
 }
 
-// PollToolTask polls a function tool's task once.
+// PollToolTask polls a tool's task once.
 func (r *Runner) PollToolTask(ctx context.Context, call session.ToolExecution) (session.ToolOutcome, error) {
+	if call.Call.SourceReference != "" {
+		return r.pollSource(ctx, call)
+	}
 	tool, ok := r.def.Tool(call.Call.Name)
 	if !ok || tool.Poller == nil {
 		return session.ToolOutcome{}, errors.New(agent.MissingTaskPollerText(call.Call.Name))
 	}
-	output, err := tool.Poller.PollTask(ctx, taskPoll(call))
+	return pollOutcome(tool.Poller.PollTask(ctx, taskPoll(call)))
+}
+
+// pollOutcome maps what a task poll returned onto a tool outcome.
+func pollOutcome(output string, err error) (session.ToolOutcome, error) {
 	if pending, ok := agent.IsTaskPending(err); ok {
 		return session.ToolOutcome{Kind: session.ToolResultTaskPending, PollInterval: pending.PollInterval, Continuation: pending.Continuation}, nil
 	}
 	return toolOutcome(output, err)
 }
 
-// CancelToolTask asks a function tool to cancel its abandoned task.
+// CancelToolTask asks a tool to cancel its abandoned task.
 func (r *Runner) CancelToolTask(ctx context.Context, call session.ToolExecution) error {
+	if call.Call.SourceReference != "" {
+		return r.cancelSource(ctx, call)
+	}
 	tool, ok := r.def.Tool(call.Call.Name)
 	if !ok || tool.Poller == nil {
 		return nil

@@ -142,7 +142,7 @@ func TestRequest(t *testing.T) {
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("after %d model calls", c.modelCalls), func(t *testing.T) {
 			turn.ModelCalls = c.modelCalls
-			req := r.Request(turn)
+			req := r.Request(turn, nil)
 			if req.Instructions != "You help customers." {
 				t.Errorf("Instructions = %q", req.Instructions)
 			}
@@ -168,7 +168,7 @@ func TestRequest(t *testing.T) {
 		})
 	}
 
-	req := r.Request(userTurn("x"))
+	req := r.Request(userTurn("x"), nil)
 	wantAsk := session.BuiltInToolDefinitions[agent.BuiltInAskUser]
 	got := req.Tools[4]
 	if got.Name != wantAsk.Name || got.Description != wantAsk.Description || string(got.Parameters) != string(wantAsk.Parameters) {
@@ -182,7 +182,7 @@ func TestRequest(t *testing.T) {
 
 func TestRequestWithoutToolsOffersNone(t *testing.T) {
 	r := newRunner(t, agent.Definition{Instructions: "Chat."})
-	req := r.Request(userTurn("hi"))
+	req := r.Request(userTurn("hi"), nil)
 	if len(req.Tools) != 0 || req.ToolChoice != "" {
 		t.Errorf("tools = %v choice = %q", toolNames(req.Tools), req.ToolChoice)
 	}
@@ -826,7 +826,7 @@ func TestPlanningRequests(t *testing.T) {
 				{Sequence: 3, TurnID: "turn-2", Role: agent.RoleUser, Text: "second"},
 			}
 			turn.Mode, turn.Plan, turn.ModelCalls = c.mode, c.plan, c.modelCalls
-			req := r.Request(turn)
+			req := r.Request(turn, nil)
 			if got := toolNames(req.Tools); !slices.Equal(got, c.wantTools) {
 				t.Errorf("tools = %v, want %v", got, c.wantTools)
 			}

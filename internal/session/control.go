@@ -174,7 +174,7 @@ func (s *State) settleWaits(_ time.Time) []Event {
 			continue
 		}
 		switch r.Status {
-		case ToolCallAwaitingApproval, ToolCallAwaitingAnswer, ToolCallWaitingForTimer:
+		case ToolCallAwaitingApproval, ToolCallAwaitingAnswer, ToolCallWaitingForTimer, ToolCallWriteQueued:
 			events = append(events, s.settle(r)...)
 		}
 	}

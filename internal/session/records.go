@@ -39,6 +39,9 @@ const (
 	ToolCallAwaitingAnswer   ToolCallStatus = "awaiting_answer"
 	ToolCallWaitingForTimer  ToolCallStatus = "waiting_for_timer"
 	ToolCallWaitingForTask   ToolCallStatus = "waiting_for_task"
+	// ToolCallWriteQueued is an ordered write that waits for the earlier
+	// write of its model response; its approval is asked only then.
+	ToolCallWriteQueued ToolCallStatus = "write_queued"
 	ToolCallRejected         ToolCallStatus = "rejected"
 	ToolCallSucceeded        ToolCallStatus = "succeeded"
 	ToolCallFailed           ToolCallStatus = "failed"
@@ -71,6 +74,10 @@ type ToolCallRecord struct {
 	// SourceReference lets a tool source resolve the tool in the tool Step
 	// without listing it again.
 	SourceReference string `json:"sourceReference,omitempty"`
+	// Ordered is set on an ordered write; AfterWrite names the ordered
+	// write of the same model response that runs before it.
+	Ordered    bool   `json:"ordered,omitempty"`
+	AfterWrite string `json:"afterWrite,omitempty"`
 	// StepLimit is the call's own tool Step limit.
 	StepLimit *agent.StepLimit `json:"stepLimit,omitempty"`
 	Status    ToolCallStatus   `json:"status"`

@@ -113,6 +113,9 @@ type DeferredToolCall struct {
 	Arguments       string       `json:"arguments"`
 	Policy          agent.Policy `json:"policy"`
 	SourceReference string       `json:"sourceReference,omitempty"`
+	// Ordered writes of one model response run one at a time in model
+	// order; a write after one that did not succeed is skipped.
+	Ordered bool `json:"ordered,omitempty"`
 	// StepLimit, when set, is the call's own tool Step limit.
 	StepLimit *agent.StepLimit `json:"stepLimit,omitempty"`
 }

@@ -297,8 +297,12 @@ func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallR
 				todoCalls++
 			}
 		}
+		lastWrite := ""
 		for _, call := range out.ToolCalls {
-			r, evs := s.deferToolCall(call, todoCalls > 1, now)
+			r, evs := s.deferToolCall(call, todoCalls > 1, lastWrite, now)
+			if r.Ordered {
+				lastWrite = r.ID
+			}
 			records = append(records, r)
 			events = append(events, evs...)
 		}
@@ -345,13 +349,17 @@ func checkToolCallIDs(turn *Turn, calls []DeferredToolCall) error {
 }
 
 // deferToolCall records one requested call and decides its first Step.
-// repeatedTodos is true when the response called write_todos more than once.
-func (s *State) deferToolCall(call DeferredToolCall, repeatedTodos bool, now time.Time) (*ToolCallRecord, []Event) {
+// repeatedTodos is true when the response called write_todos more than once;
+// lastWrite is the response's ordered write before this call, if any.
+func (s *State) deferToolCall(call DeferredToolCall, repeatedTodos bool, lastWrite string, now time.Time) (*ToolCallRecord, []Event) {
 	turn := s.Turn
 	r := &ToolCallRecord{
 		ID: call.ID, Name: call.Name, Arguments: call.Arguments, Order: len(turn.ToolCalls),
 		Effect: call.Policy.Effect, RequiresApproval: call.Policy.ApprovalRequired(),
 		SourceReference: call.SourceReference, StepLimit: call.StepLimit,
+	}
+	if call.Ordered {
+		r.Ordered, r.AfterWrite = true, lastWrite
 	}
 	turn.ToolCalls = append(turn.ToolCalls, r)
 	builtIn := agent.BuiltInTool(call.Name)
@@ -366,13 +374,49 @@ func (s *State) deferToolCall(call DeferredToolCall, repeatedTodos bool, now tim
 		}
 	}
 	events := []Event{s.deferredEvent(r)}
+	if r.AfterWrite != "" {
+		r.Status = ToolCallWriteQueued
+		return r, events
+	}
+	return r, append(events, s.admit(r, now)...)
+}
+
+// admit asks a call's approval, or approves it when it needs none.
+func (s *State) admit(r *ToolCallRecord, now time.Time) []Event {
 	if r.RequiresApproval {
 		r.Status = ToolCallAwaitingApproval
-		events = append(events, s.raise(Interrupt{ID: r.ID, Kind: InterruptApproval, Arguments: r.Arguments}, r, now))
-	} else {
-		r.Status = ToolCallApproved
+		return []Event{s.raise(Interrupt{ID: r.ID, Kind: InterruptApproval, Arguments: r.Arguments}, r, now)}
 	}
-	return r, events
+	r.Status = ToolCallApproved
+	return nil
+}
+
+// SkippedAfterWriteDetail follows ToolCallNotRunPrefix in the error of an
+// ordered write skipped because an earlier one did not succeed.
+const SkippedAfterWriteDetail = "an earlier write of the same model response did not succeed"
+
+// WriteReleasable reports whether a queued write's earlier write is final,
+// so the write may be admitted or skipped.
+func (s *State) WriteReleasable(id string) bool {
+	r := s.activeRecord(id)
+	if r == nil || r.Status != ToolCallWriteQueued {
+		return true
+	}
+	before := s.Turn.ToolCall(r.AfterWrite)
+	return before == nil || before.Status.Final()
+}
+
+// ReleaseWrite admits a queued write once the write before it succeeded,
+// and skips it, as not run, when that write did not.
+func (s *State) ReleaseWrite(id string, now time.Time) []Event {
+	r := s.activeRecord(id)
+	if r == nil || r.Status != ToolCallWriteQueued || !s.WriteReleasable(id) {
+		return nil
+	}
+	if before := s.Turn.ToolCall(r.AfterWrite); before != nil && before.Status != ToolCallSucceeded {
+		return s.finish(r, ToolCallFailed, "", ToolCallNotRunPrefix+": "+SkippedAfterWriteDetail)
+	}
+	return s.admit(r, now)
 }
 
 func (s *State) deferredEvent(r *ToolCallRecord) Event {

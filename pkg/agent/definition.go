@@ -29,6 +29,12 @@ type Definition struct {
 	ResolveModel func(SessionSettings) (ModelChoice, error)
 	// Tools are the function tools.
 	Tools []Tool
+	// ToolSources list tools at run time, such as MCP servers; their tools
+	// are offered after the function tools.
+	ToolSources []ToolSource
+	// ToolSourceListingTimeout bounds each source's listing in a model
+	// call; DefaultToolSourceListingTimeout when zero.
+	ToolSourceListingTimeout time.Duration
 	// ToolPolicies override a tool's effect class and approval by name.
 	ToolPolicies map[string]Policy
 	// DefaultToolEffect is the effect of a tool with no policy and no
@@ -119,6 +125,9 @@ func (d Definition) WithDefaults() Definition {
 	if d.MaxDurableWait == 0 {
 		d.MaxDurableWait = DefaultMaxDurableWait
 	}
+	if d.ToolSourceListingTimeout == 0 {
+		d.ToolSourceListingTimeout = DefaultToolSourceListingTimeout
+	}
 	if c := d.Compaction; c != nil {
 		policy := *c
 		if policy.TriggerRatio == 0 {
@@ -160,6 +169,7 @@ func (d Definition) Validate() error {
 		}
 		names[t.Name] = true
 	}
+	problems = append(problems, d.validateSources(enabled, names)...)
 	if c := d.Compaction; c != nil {
 		if c.ContextWindowTokens < 1 {
 			problems = append(problems, fmt.Errorf("compaction.contextWindowTokens must be at least 1, not %d", c.ContextWindowTokens))

@@ -41,6 +41,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
 	"github.com/stepwise-run/stepwise/internal/model/messages"
 	"github.com/stepwise-run/stepwise/internal/model/responses"
+	"github.com/stepwise-run/stepwise/internal/tools/mcp"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -146,6 +147,13 @@ func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error)
 			ContextWindowTokens: c.ContextWindowTokens, TriggerRatio: c.TriggerRatio, KeepRatio: c.KeepRatio,
 			RetainedMessages: int(c.RetainedMessageLimit),
 		}
+	}
+	for i, ts := range cfg.ToolSources {
+		src, err := toolSource(ts)
+		if err != nil {
+			return agent.Definition{}, fmt.Errorf("toolSources[%d] (%s): %w", i, ts.SourceName, err)
+		}
+		def.ToolSources = append(def.ToolSources, src)
 	}
 	if pm := d.PlanMode; pm != nil {
 		def.PlanModeEnabled = true
@@ -405,4 +413,48 @@ func clientTLS(t workerconfig.TLS) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// toolSource builds one ToolSource's MCP source: a single server named
+// after the source, so its tools are "<sourceName>__<tool>". Secret values
+// are read from the environment at each connection, never stored here.
+func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
+	server := mcp.Server{
+		Name: ts.SourceName, TrustAnnotations: ts.TrustToolAnnotations,
+		ListingTTL: ts.ListingTTL.Duration, ConnectionTimeout: ts.ConnectionTimeout.Duration,
+		RequestTimeout: ts.RequestTimeout.Duration,
+	}
+	switch {
+	case ts.Stdio != nil:
+		env := ts.Stdio.Env
+		server.Connect = mcp.StdioConnect(ts.Stdio.Command, ts.Stdio.Args, func() ([]string, error) {
+			out := make([]string, 0, len(env))
+			for _, v := range env {
+				value, err := v.Resolve()
+				if err != nil {
+					return nil, fmt.Errorf("stdio.env[%s]: %w", v.Name, err)
+				}
+				out = append(out, v.Name+"="+value)
+			}
+			return out, nil
+		})
+	case ts.StreamableHTTP != nil:
+		headers := ts.StreamableHTTP.Headers
+		server.Connect = mcp.HTTPConnect(ts.StreamableHTTP.URL, func() (http.Header, error) {
+			h := http.Header{}
+			for _, v := range headers {
+				value, err := v.Resolve()
+				if err != nil {
+					return nil, fmt.Errorf("streamableHTTP.headers[%s]: %w", v.Name, err)
+				}
+				h.Set(v.Name, value)
+			}
+			return h, nil
+		})
+	default:
+		return nil, errors.New("needs exactly one of stdio or streamableHTTP")
+	}
+	return mcp.NewSource(mcp.SourceOptions{
+		Name: ts.SourceName, Servers: []mcp.Server{server}, ResourceAndPromptTools: ts.ResourceAndPromptTools,
+	})
 }

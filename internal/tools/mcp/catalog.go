@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/stepwise-run/stepwise/internal/version"
 )
 
 // Server is one MCP server a worker may list and call: an Agent's
@@ -29,6 +31,9 @@ type Server struct {
 	// handshake request.
 	ListingTTL        time.Duration
 	ConnectionTimeout time.Duration
+	// RequestTimeout bounds one tools/call; DefaultRequestTimeout when
+	// zero.
+	RequestTimeout time.Duration
 }
 
 // ListedTool is one tool of a server as a model is offered it.
@@ -83,13 +88,11 @@ func NewCatalog(servers []Server, log *slog.Logger) *Catalog {
 	return &Catalog{servers: servers, log: log, now: time.Now, entries: map[string]*entry{}}
 }
 
-// Tools returns every server's tools, in server order, waiting at most
-// timeout for servers never listed before. A server whose first listing
-// fails or takes longer is left out of this call. Names that clash keep the
+// Tools returns every server's tools, in server order, waiting until ctx
+// ends for servers never listed before. A server whose first listing fails
+// or takes longer is left out of this call. Names that clash keep the
 // first tool and leave the other out with a warning.
-func (c *Catalog) Tools(ctx context.Context, timeout time.Duration) []ListedTool {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+func (c *Catalog) Tools(ctx context.Context) []ListedTool {
 	var out []ListedTool
 	seen := map[string]string{}
 	for _, s := range c.servers {
@@ -173,7 +176,7 @@ func (c *Catalog) startListing(s Server, e *entry) chan struct{} {
 // ListServer lists every tool of one server over a new connection.
 func ListServer(ctx context.Context, s Server) ([]ListedTool, error) {
 	timeout := orDuration(s.ConnectionTimeout, DefaultConnectionTimeout)
-	session, err := connect(ctx, s, timeout)
+	session, err := connect(ctx, s, timeout, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +205,7 @@ func ListServer(ctx context.Context, s Server) ([]ListedTool, error) {
 }
 
 // connect opens one client session, bounded by the connection timeout.
-func connect(ctx context.Context, s Server, timeout time.Duration) (*mcp.ClientSession, error) {
+func connect(ctx context.Context, s Server, timeout time.Duration, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
 	if s.Connect == nil {
 		return nil, errors.New("MCP server " + s.Name + " has no transport")
 	}
@@ -212,7 +215,7 @@ func connect(ctx context.Context, s Server, timeout time.Duration) (*mcp.ClientS
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "stepwise", Version: "0.2.0"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "stepwise", Version: version.Operator}, opts)
 	session, err := client.Connect(ctx, transport, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to MCP server %s: %w", s.Name, err)

@@ -104,10 +104,10 @@ func TestTheCatalogCachesRefreshesAndBacksOff(t *testing.T) {
 	ctx := context.Background()
 
 	// The bad server is left out; the good one is listed once and cached.
-	if got := names(c.Tools(ctx, 5*time.Second)); !slices.Equal(got, []string{"good__read"}) {
+	if got := names(c.Tools(within(t, ctx, 5*time.Second))); !slices.Equal(got, []string{"good__read"}) {
 		t.Fatalf("first listing = %v", got)
 	}
-	c.Tools(ctx, 5*time.Second)
+	c.Tools(within(t, ctx, 5*time.Second))
 	if good.connections.Load() != 1 || bad.connections.Load() != 1 {
 		t.Errorf("connections: good %d, bad %d; want one each (cached, backing off)", good.connections.Load(), bad.connections.Load())
 	}
@@ -116,17 +116,17 @@ func TestTheCatalogCachesRefreshesAndBacksOff(t *testing.T) {
 	// once it answers, its tools are offered.
 	bad.fail.Store(false)
 	advance(ListingFailureBackoff)
-	c.Tools(ctx, 5*time.Second)
-	waitFor(t, func() bool { return slices.Contains(names(c.Tools(ctx, 5*time.Second)), "bad__write") })
+	c.Tools(within(t, ctx, 5*time.Second))
+	waitFor(t, func() bool { return slices.Contains(names(c.Tools(within(t, ctx, 5*time.Second))), "bad__write") })
 
 	// Past the TTL the good server is refreshed in the background while
 	// its earlier tools are served.
 	good.tools = append(good.tools, tool("search", nil, nil))
 	advance(DefaultListingTTL)
-	if got := names(c.Tools(ctx, 5*time.Second)); !slices.Contains(got, "good__read") {
+	if got := names(c.Tools(within(t, ctx, 5*time.Second))); !slices.Contains(got, "good__read") {
 		t.Fatalf("during the refresh = %v", got)
 	}
-	waitFor(t, func() bool { return slices.Contains(names(c.Tools(ctx, 5*time.Second)), "good__search") })
+	waitFor(t, func() bool { return slices.Contains(names(c.Tools(within(t, ctx, 5*time.Second))), "good__search") })
 }
 
 func TestASlowServerIsLeftOutOfThatCallOnly(t *testing.T) {
@@ -138,14 +138,14 @@ func TestASlowServerIsLeftOutOfThatCallOnly(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if got := c.Tools(ctx, 50*time.Millisecond); len(got) != 0 {
+			if got := c.Tools(within(t, ctx, 50*time.Millisecond)); len(got) != 0 {
 				t.Errorf("a server still listing offered %v", names(got))
 			}
 		}()
 	}
 	wg.Wait()
 	close(slow.hold)
-	waitFor(t, func() bool { return len(c.Tools(ctx, time.Second)) == 1 })
+	waitFor(t, func() bool { return len(c.Tools(within(t, ctx, time.Second))) == 1 })
 	if n := slow.connections.Load(); n != 1 {
 		t.Errorf("%d listings of one server ran, want one at a time", n)
 	}
@@ -156,7 +156,7 @@ func TestTheFirstToolOfAClashingNameWins(t *testing.T) {
 	a := &testServer{tools: []*mcp.Tool{tool("b__c", nil, nil)}}
 	b := &testServer{tools: []*mcp.Tool{tool("c", nil, nil)}}
 	c := NewCatalog([]Server{a.server("a", true), b.server("a__b", true)}, quiet())
-	got := c.Tools(context.Background(), 5*time.Second)
+	got := c.Tools(within(t, context.Background(), 5*time.Second))
 	if len(got) != 1 || got[0].Server != "a" || got[0].Name != "a__b__c" {
 		t.Errorf("tools = %+v, want the first server's", got)
 	}
@@ -171,4 +171,12 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// within is ctx bounded by d, as a model call bounds a listing; the timer
+// ends with the test.
+func within(t *testing.T, ctx context.Context, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -1,0 +1,241 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+// ToolProgressEvent is the session event of a tool's progress
+// notification.
+const ToolProgressEvent = "mcp.tool_progress"
+
+// Texts of results that carry an outcome without any text, and of input
+// the session cannot provide.
+const (
+	OutcomeUnknownNoText = "the MCP server could not tell whether the call took effect"
+	RejectedNoText       = "the MCP server rejected the call"
+	ErrorNoText          = "the MCP tool reported an error without a message"
+	inputRequestPrefix   = "the MCP server asked for input that this agent session cannot provide yet"
+)
+
+// maxRepeatRequests bounds how often a call is sent again at once when the
+// server asks for nothing but a repeat.
+const maxRepeatRequests = 3
+
+// CallInterruptedError is a call that was sent and broke before it gave an
+// answer: a broken stream, a server that exited, a request that timed out,
+// an internal error, or an answer that is not JSON-RPC. It is a Step
+// failure, so only a read or an idempotent write is sent again.
+type CallInterruptedError struct {
+	Tool  string
+	Cause error
+}
+
+func (e *CallInterruptedError) Error() string {
+	return fmt.Sprintf("the MCP call of %s was interrupted after it was sent: %v", e.Tool, e.Cause)
+}
+
+func (e *CallInterruptedError) Unwrap() error { return e.Cause }
+
+// callTool sends one tools/call over a new connection and maps the answer
+// onto the seed's table of outcomes.
+func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpName string, tool agent.SourceCall) (string, error) {
+	var args map[string]any
+	if err := json.Unmarshal([]byte(tool.Arguments), &args); err != nil {
+		return "", agent.Failed("invalid arguments for %s: arguments are not a JSON object", tool.Name)
+	}
+	opts := &mcp.ClientOptions{
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			if call.Events == nil || req.Params == nil {
+				return
+			}
+			call.Events.WriteEvent(ToolProgressEvent, map[string]any{
+				"tool_call_id": call.ToolCallID, "tool_name": tool.Name,
+				"progress": req.Params.Progress, "total": req.Params.Total, "message": req.Params.Message,
+			})
+		},
+	}
+	cs, err := connectAttempts(ctx, server, opts)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = cs.Close() }()
+	params := &mcp.CallToolParams{Name: mcpName, Arguments: args, Meta: mcp.Meta{IdempotencyKeyMetaKey: call.IdempotencyKey}}
+	params.SetProgressToken(call.ToolCallID)
+	reqCtx, cancel := context.WithTimeout(ctx, orDuration(server.RequestTimeout, DefaultRequestTimeout))
+	defer cancel()
+	for repeat := 0; ; repeat++ {
+		res, err := cs.CallTool(reqCtx, params)
+		if err != nil {
+			return "", callError(tool.Name, err)
+		}
+		if !res.NeedsInput() {
+			return callResult(tool.Name, res)
+		}
+		if len(res.InputRequests) > 0 {
+			return "", agent.Failed("%s (%s)", inputRequestPrefix, describeInputRequests(res.InputRequests))
+		}
+		// A state-only answer asks for the same call again.
+		if repeat+1 >= maxRepeatRequests {
+			return "", &CallInterruptedError{Tool: tool.Name, Cause: errors.New("the server kept asking to repeat the call")}
+		}
+	}
+}
+
+// connectAttempts connects for a request, up to ConnectionAttempts times;
+// a request that never connected was never sent.
+func connectAttempts(ctx context.Context, server Server, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+	timeout := orDuration(server.ConnectionTimeout, DefaultConnectionTimeout)
+	var last error
+	for attempt := 1; attempt <= ConnectionAttempts; attempt++ {
+		cs, err := connect(ctx, server, timeout, opts)
+		if err == nil {
+			return cs, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if attempt < ConnectionAttempts {
+			select {
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return nil, agent.Failed("%s: %d connection attempts failed: %v", session.ToolCallNotRunPrefix, ConnectionAttempts, last)
+}
+
+// callError maps a failed tools/call. A JSON-RPC error answer is the tool's
+// failure, unless it is an internal or parse error, which a gateway can
+// return after the server ran the call; anything else broke after the call
+// was sent. The Dex outcome key in error.data._meta wins over the code.
+func callError(tool string, err error) error {
+	var wire *jsonrpc.Error
+	if !errors.As(err, &wire) {
+		return &CallInterruptedError{Tool: tool, Cause: err}
+	}
+	text := fmt.Sprintf("MCP error %d: %s", wire.Code, wire.Message)
+	var data struct {
+		Meta map[string]any `json:"_meta"`
+	}
+	if len(wire.Data) > 0 {
+		_ = json.Unmarshal(wire.Data, &data)
+	}
+	switch outcome(data.Meta) {
+	case outcomeUnknown:
+		return agent.OutcomeUnknown("%s", text)
+	case outcomeRejected:
+		return agent.Failed("%s", text)
+	}
+	if wire.Code == jsonrpc.CodeInternalError || wire.Code == jsonrpc.CodeParseError {
+		return &CallInterruptedError{Tool: tool, Cause: err}
+	}
+	return agent.Failed("%s", text)
+}
+
+const (
+	outcomeUnknown  = "unknown"
+	outcomeRejected = "rejected"
+)
+
+// outcome reads the Dex outcome key; other values are reserved and
+// ignored.
+func outcome(meta map[string]any) string {
+	value, _ := meta[OutcomeMetaKey].(string)
+	switch value {
+	case outcomeUnknown, outcomeRejected:
+		return value
+	}
+	return ""
+}
+
+// callResult maps a tools/call result: the Dex outcome key first, then
+// isError, else the result's text. An error result's images are omitted
+// from its text, so the recorded error holds no image bytes.
+func callResult(tool string, res *mcp.CallToolResult) (string, error) {
+	switch outcome(res.Meta) {
+	case outcomeUnknown:
+		return "", agent.OutcomeUnknown("%s", orText(ResultText(res, true), OutcomeUnknownNoText))
+	case outcomeRejected:
+		return "", agent.Failed("%s", orText(ResultText(res, true), RejectedNoText))
+	}
+	if res.IsError {
+		return "", agent.Failed("%s", orText(ResultText(res, true), ErrorNoText))
+	}
+	return ResultText(res, false), nil
+}
+
+func orText(text, fallback string) string {
+	if strings.TrimSpace(text) == "" {
+		return fallback
+	}
+	return text
+}
+
+// ResultText is a result as the model reads it: text blocks joined with
+// newlines, other content as JSON, and "[image n]" in place of each image,
+// counting from 1 ("[image n omitted]" when omitted). A result with only
+// structured content shows it as JSON.
+func ResultText(res *mcp.CallToolResult, omitImages bool) string {
+	var parts []string
+	images := 0
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			parts = append(parts, c.Text)
+		case *mcp.ImageContent:
+			images++
+			if omitImages {
+				parts = append(parts, fmt.Sprintf("[image %d omitted]", images))
+			} else {
+				parts = append(parts, fmt.Sprintf("[image %d]", images))
+			}
+		default:
+			raw, err := json.Marshal(c)
+			if err != nil {
+				raw = []byte(fmt.Sprintf("%q", fmt.Sprint(c)))
+			}
+			parts = append(parts, string(raw))
+		}
+	}
+	if len(parts) == 0 && res.StructuredContent != nil {
+		if raw, err := json.Marshal(res.StructuredContent); err == nil {
+			parts = append(parts, string(raw))
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// describeInputRequests names each input a server asked for, in a stable
+// order.
+func describeInputRequests(requests mcp.InputRequestMap) string {
+	var out []string
+	for _, key := range slices.Sorted(maps.Keys(requests)) {
+		switch r := requests[key].(type) {
+		case *mcp.ElicitParams:
+			out = append(out, fmt.Sprintf("an answer to '%s'", r.Message))
+		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+			out = append(out, "a model completion")
+		case *mcp.ListRootsParams:
+			out = append(out, "the list of roots")
+		default:
+			out = append(out, fmt.Sprintf("a request of type %T", r))
+		}
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,75 @@
+package mcp
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// stdioEnvironment are the worker's variables a stdio server inherits; the
+// rest, such as model keys, stay with the worker unless the ToolSource
+// passes them.
+var stdioEnvironment = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR"}
+
+// StdioConnect starts the command as a new process for every connection.
+// The command comes only from the worker's configuration, never from
+// session input, because it runs with the worker's privileges. env resolves
+// the configured variables ("NAME=value") at each start, so a rotated
+// Secret reaches the next process.
+func StdioConnect(command string, args []string, env func() ([]string, error)) func() (mcp.Transport, error) {
+	return func() (mcp.Transport, error) {
+		cmd := exec.Command(command, args...)
+		for _, name := range stdioEnvironment {
+			if v, ok := os.LookupEnv(name); ok {
+				cmd.Env = append(cmd.Env, name+"="+v)
+			}
+		}
+		if env != nil {
+			extra, err := env()
+			if err != nil {
+				return nil, err
+			}
+			cmd.Env = append(cmd.Env, extra...)
+		}
+		cmd.Stderr = os.Stderr
+		return &mcp.CommandTransport{Command: cmd}, nil
+	}
+}
+
+// HTTPConnect reaches a Streamable HTTP endpoint with headers resolved at
+// each connection. A broken stream is never resumed: the effect class
+// alone decides whether a call is sent again.
+func HTTPConnect(url string, headers func() (http.Header, error)) func() (mcp.Transport, error) {
+	return func() (mcp.Transport, error) {
+		var h http.Header
+		if headers != nil {
+			var err error
+			if h, err = headers(); err != nil {
+				return nil, fmt.Errorf("resolving the headers of %s: %w", url, err)
+			}
+		}
+		client := &http.Client{Transport: headerTransport{headers: h, next: http.DefaultTransport}}
+		return &mcp.StreamableClientTransport{
+			Endpoint: url, HTTPClient: client, MaxRetries: -1, DisableStandaloneSSE: true,
+		}, nil
+	}
+}
+
+// headerTransport adds the configured headers to every request.
+type headerTransport struct {
+	headers http.Header
+	next    http.RoundTripper
+}
+
+func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if len(t.headers) > 0 {
+		req = req.Clone(req.Context())
+		for name, values := range t.headers {
+			req.Header[name] = values
+		}
+	}
+	return t.next.RoundTrip(req)
+}
