@@ -125,8 +125,8 @@ func connectAttempts(ctx context.Context, server Server, opts *mcp.ClientOptions
 // return after the server ran the call; anything else broke after the call
 // was sent. The Dex outcome key in error.data._meta wins over the code.
 func callError(tool string, err error) error {
-	var wire *jsonrpc.Error
-	if !errors.As(err, &wire) {
+	wire := serverError(err)
+	if wire == nil {
 		return &CallInterruptedError{Tool: tool, Cause: err}
 	}
 	text := fmt.Sprintf("MCP error %d: %s", wire.Code, wire.Message)
@@ -146,6 +146,42 @@ func callError(tool string, err error) error {
 		return &CallInterruptedError{Tool: tool, Cause: err}
 	}
 	return agent.Failed("%s", text)
+}
+
+// localErrors are the codes and messages the SDK gives failures of its own
+// side, such as a request whose HTTP exchange broke; they are never the
+// server's answer.
+var localErrors = map[int64]string{
+	-32001: "unknown error", -32003: "client is closing", -32004: "server is closing", -32005: "rejected by transport",
+}
+
+// serverError finds the JSON-RPC error the server answered with in an
+// error chain, skipping the SDK's own.
+func serverError(err error) *jsonrpc.Error {
+	var found *jsonrpc.Error
+	var walk func(error) bool
+	walk = func(e error) bool {
+		if e == nil {
+			return false
+		}
+		if w, ok := e.(*jsonrpc.Error); ok && localErrors[w.Code] != w.Message {
+			found = w
+			return true
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, inner := range u.Unwrap() {
+				if walk(inner) {
+					return true
+				}
+			}
+		case interface{ Unwrap() error }:
+			return walk(u.Unwrap())
+		}
+		return false
+	}
+	walk(err)
+	return found
 }
 
 const (
