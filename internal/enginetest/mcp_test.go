@@ -1,0 +1,140 @@
+package enginetest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
+	"github.com/stepwise-run/stepwise/pkg/client"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+// ledgerStack is a stack whose workers have the test ledger as the MCP
+// tool source "ledger", over Streamable HTTP.
+func ledgerStack(t *testing.T, flowType string) (*Stack, *mcptest.Ledger) {
+	t.Helper()
+	s := NewStack(t, flowType)
+	ledger := mcptest.NewLedger(t)
+	s.Config.ToolSources = []workerconfig.ToolSource{{
+		SourceName: "ledger", TrustToolAnnotations: true,
+		ListingTTL:        metav1.Duration{Duration: time.Minute},
+		ConnectionTimeout: metav1.Duration{Duration: 5 * time.Second},
+		RequestTimeout:    metav1.Duration{Duration: time.Minute},
+		StreamableHTTP:    &workerconfig.StreamableHTTP{URL: ledger.URL},
+	}}
+	return s, ledger
+}
+
+// A worker is killed while one response's MCP calls of every effect class
+// are in flight, after each took effect on the server: the read and the
+// idempotent write are sent again with the same idempotency key, which the
+// server's fence answers, and the two other writes are outcome_unknown and
+// never sent again.
+func TestAWorkerKilledDuringMCPCallsOfEachEffectClassFollowsTheReissueRules(t *testing.T) {
+	s, ledger := ledgerStack(t, "MCPCrash")
+	sessions := client.New(s.Client, s.FlowType, "")
+	ctx := context.Background()
+	tools := []string{"balance", "set_limit", "send_payment", "note"}
+	var reached []<-chan struct{}
+	for _, tool := range tools {
+		reached = append(reached, ledger.Hold(tool))
+	}
+	first := s.StartWorker()
+	if ok, err := sessions.Start(ctx, "s1", "tools: ledger__balance, ledger__set_limit, ledger__send_payment, ledger__note"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	// The unclassified note asks for approval by default.
+	var interrupt string
+	Eventually(t, waitLong, "the note's approval", func() (bool, error) {
+		snap, err := sessions.Snapshot(ctx, "s1")
+		if err != nil || len(snap.PendingInterrupts) == 0 {
+			return false, err
+		}
+		interrupt = snap.PendingInterrupts[0].ID
+		return true, nil
+	})
+	if interrupt != "c4" {
+		t.Fatalf("the interrupt is %s, want the note's (c4) alone", interrupt)
+	}
+	if ok, err := sessions.Approve(ctx, "s1", interrupt); !ok || err != nil {
+		t.Fatalf("Approve = %v, %v", ok, err)
+	}
+	for i, r := range reached {
+		select {
+		case <-r:
+		case <-time.After(waitLong):
+			t.Fatalf("%s was not called", tools[i])
+		}
+	}
+	first.Kill()
+	for _, tool := range tools {
+		ledger.Release(tool)
+	}
+	s.StartWorker()
+
+	answer := lastAnswer(t, sessions, "s1", 1)
+	for _, want := range []string{
+		"ledger__balance=balance applied s1/turn-1/c1",
+		"ledger__set_limit=set_limit applied s1/turn-1/c2",
+		"ledger__send_payment=" + session.OutcomeUnknownText,
+		"ledger__note=" + session.OutcomeUnknownText,
+	} {
+		if !strings.Contains(answer, want) {
+			t.Errorf("the model saw %q, want %q in it", answer, want)
+		}
+	}
+	for tool, want := range map[string]int{"balance": 2, "set_limit": 2, "send_payment": 1, "note": 1} {
+		calls := ledger.CallsOf(tool)
+		if len(calls) != want {
+			t.Errorf("%s was sent %d times, want %d: %+v", tool, len(calls), want, calls)
+			continue
+		}
+		key := "s1/turn-1/c" + itoa(1+indexOf(tools, tool))
+		for i, c := range calls {
+			if c.IdempotencyKey != key {
+				t.Errorf("%s call %d carried key %q, want %q", tool, i, c.IdempotencyKey, key)
+			}
+			if c.Applied != (i == 0) {
+				t.Errorf("%s call %d applied = %v; only the first may apply", tool, i, c.Applied)
+			}
+		}
+	}
+}
+
+// Declared writes of one response run in the model's order, and a write
+// after one that did not succeed is skipped without being sent.
+func TestDeclaredMCPWritesRunInOrderAndStopAtTheFirstThatDidNotSucceed(t *testing.T) {
+	s, ledger := ledgerStack(t, "MCPOrdered")
+	sessions := client.New(s.Client, s.FlowType, "")
+	s.StartWorker()
+	if ok, err := sessions.Start(context.Background(), "s1", "tools: ledger__uncertain, ledger__send_payment, ledger__balance"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	answer := lastAnswer(t, sessions, "s1", 1)
+	for _, want := range []string{
+		"ledger__uncertain=" + session.OutcomeUnknownText + " (the payment provider timed out)",
+		"ledger__send_payment=The tool call failed: " + session.ToolCallNotRunPrefix + ": " + session.SkippedAfterWriteDetail,
+		"ledger__balance=balance applied s1/turn-1/c3",
+	} {
+		if !strings.Contains(answer, want) {
+			t.Errorf("the model saw %q, want %q in it", answer, want)
+		}
+	}
+	if calls := ledger.CallsOf("send_payment"); len(calls) != 0 {
+		t.Errorf("the skipped write was sent: %+v", calls)
+	}
+}
+
+func indexOf(list []string, v string) int {
+	for i, x := range list {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
