@@ -14,6 +14,8 @@ KUBE_DIR       := $(BIN)/kube-$(KUBE_VERSION)
 ETCD_DIR       := $(BIN)/etcd-$(ETCD_VERSION)
 ENVTEST_ASSETS := $(BIN)/envtest-k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
 TEMPORAL       := $(BIN)/temporal-$(TEMPORAL_VERSION)/temporal
+# The reference MCP servers, from npm, cached by the digest of their lock.
+MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
 
 # Files that `make manifests generate` writes.
 GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go
@@ -61,8 +63,9 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: test
-test: verify-gen vet lint envtest temporal ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server and Temporal dev server.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) go test $(GO_TEST_FLAGS) ./...
+test: verify-gen vet lint envtest temporal mcp-servers ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server, Temporal dev server and MCP servers.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
+		go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: record-histories
 record-histories: temporal ## Record this engine version's session histories, which later versions must replay.
@@ -119,6 +122,15 @@ temporal: $(TEMPORAL) ## Build the Temporal CLI, whose dev server the tests and 
 $(TEMPORAL):
 	mkdir -p $(dir $@)
 	cd hack/tools/temporal && go build -o $@ github.com/temporalio/cli/cmd/temporal
+
+.PHONY: mcp-servers
+mcp-servers: $(MCP_SERVERS)/.ready ## Install the reference MCP servers the tests run (server-everything, server-filesystem) from npm into bin/.
+
+$(MCP_SERVERS)/.ready: hack/tools/mcp-servers/package.json hack/tools/mcp-servers/package-lock.json
+	mkdir -p $(MCP_SERVERS)
+	cp hack/tools/mcp-servers/package.json hack/tools/mcp-servers/package-lock.json $(MCP_SERVERS)/
+	cd $(MCP_SERVERS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 $(CONTROLLER_GEN):
 	cd hack/tools/controller-gen && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -13,6 +14,10 @@ import (
 // rest, such as model keys, stay with the worker unless the ToolSource
 // passes them.
 var stdioEnvironment = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR"}
+
+// stdioStopWait is how long a stdio server may take to exit after its
+// input closes.
+const stdioStopWait = 500 * time.Millisecond
 
 // StdioConnect starts the command as a new process for every connection.
 // The command comes only from the worker's configuration, never from
@@ -35,7 +40,9 @@ func StdioConnect(command string, args []string, env func() ([]string, error)) f
 			cmd.Env = append(cmd.Env, extra...)
 		}
 		cmd.Stderr = os.Stderr
-		return &mcp.CommandTransport{Command: cmd}, nil
+		// The process ends with its request, whose answer is in: a server
+		// that does not exit when its input closes is stopped soon after.
+		return &mcp.CommandTransport{Command: cmd, TerminateDuration: stdioStopWait}, nil
 	}
 }
 
