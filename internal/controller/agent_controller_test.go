@@ -155,11 +155,24 @@ var _ = Describe("Agent reconciler", func() {
 
 			ts := &agentsv1.ToolSource{}
 			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "tickets"}, ts)).To(Succeed())
+			firstConfig := render.ConfigMapOf(&workerDeployment(Default, agent).Spec.Template)
 			Expect(change(ts, func(ts *agentsv1.ToolSource) {
 				ts.Spec.RequestTimeout = &metav1.Duration{Duration: 90 * time.Second}
 			})).To(Succeed())
 			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 			second := configDigest(agent)(Default)
+
+			By("rolling the workers onto a new rendered config that carries the change")
+			template := workerDeployment(Default, agent).Spec.Template
+			Expect(render.ConfigMapOf(&template)).NotTo(Equal(firstConfig))
+			cm := &corev1.ConfigMap{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.ConfigMapOf(&template)}, cm)).To(Succeed())
+			cfg, err := workerconfig.Decode([]byte(cm.Data[workerconfig.FileName]))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(cfg.ToolSources).To(ConsistOf(And(
+				HaveField("SourceName", "tickets"),
+				HaveField("RequestTimeout", metav1.Duration{Duration: 90 * time.Second}),
+			)))
 
 			rotateSecret(ns, "tickets", "authorization", "Bearer two")
 			Eventually(configDigest(agent)).ShouldNot(Equal(second))

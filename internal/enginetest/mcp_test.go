@@ -2,6 +2,8 @@ package enginetest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +139,31 @@ func indexOf(list []string, v string) int {
 		}
 	}
 	return -1
+}
+
+// The filesystem reference server as a stdio ToolSource: the worker starts
+// it from its rendered configuration for the listing and for the call.
+func TestAStdioToolSourceFromTheWorkerConfig(t *testing.T) {
+	dir := os.Getenv("STEPWISE_MCP_SERVERS")
+	if dir == "" {
+		t.Fatal("STEPWISE_MCP_SERVERS is not set: run the tests with `make test`, which installs the reference MCP servers into bin/")
+	}
+	s := NewStack(t, "MCPStdio")
+	root := t.TempDir()
+	s.Config.ToolSources = []workerconfig.ToolSource{{
+		SourceName: "files", TrustToolAnnotations: true,
+		ConnectionTimeout: metav1.Duration{Duration: 30 * time.Second},
+		RequestTimeout:    metav1.Duration{Duration: time.Minute},
+		Stdio:             &workerconfig.Stdio{Command: filepath.Join(dir, "mcp-server-filesystem"), Args: []string{root}},
+	}}
+	sessions := client.New(s.Client, s.FlowType, "")
+	s.StartWorker()
+	if ok, err := sessions.Start(context.Background(), "s1", "tools: files__list_allowed_directories"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	answer := lastAnswer(t, sessions, "s1", 1)
+	resolved, _ := filepath.EvalSymlinks(root)
+	if !strings.HasPrefix(answer, "results: files__list_allowed_directories=Allowed directories:") || !strings.Contains(answer, resolved) {
+		t.Errorf("the model saw %q, want the allowed directory %s", answer, resolved)
+	}
 }
