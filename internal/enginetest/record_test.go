@@ -13,6 +13,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -33,6 +34,11 @@ func TestRecordHistories(t *testing.T) {
 		t.Skipf("set %s to a directory to record session histories for the replay tests", RecordHistoriesEnv)
 	}
 	s := NewStack(t, ReplayFlowType)
+	// Since 0.3.0: an MCP tool source.
+	ledger := mcptest.NewLedger(t)
+	s.Config.ToolSources = []workerconfig.ToolSource{{
+		SourceName: "ledger", TrustToolAnnotations: true, StreamableHTTP: &workerconfig.StreamableHTTP{URL: ledger.URL},
+	}}
 	sessions := client.New(s.Client, s.FlowType, "")
 	ctx := context.Background()
 	first := s.StartWorker()
@@ -112,6 +118,11 @@ func TestRecordHistories(t *testing.T) {
 	must(sessions.Start(ctx, "task", "tools: report_task"))
 	lastAnswer(t, sessions, "task", 1)
 
+	// Since 0.3.0: MCP calls, with declared writes in order and a write
+	// skipped after one whose outcome is unknown.
+	must(sessions.Start(ctx, "mcp", "tools: ledger__uncertain, ledger__send_payment, ledger__balance"))
+	lastAnswer(t, sessions, "mcp", 1)
+
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +144,7 @@ func TestRecordHistories(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task"} {
+	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp"} {
 		save(s.Client, id, "", id+".json")
 	}
 

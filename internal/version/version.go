@@ -5,7 +5,7 @@ package version
 // Steps, their records and their rules. Workers report it, the operator plans
 // rollouts by it, and the session Flow graph is published under it. Raise it
 // with every change to the session Flow's behaviour or stored state.
-const EngineVersion = "0.2.0"
+const EngineVersion = "0.3.0"
 
 // Operator is the operator's release, set at build time with
 // -ldflags "-X github.com/stepwise-run/stepwise/internal/version.Operator=...".
