@@ -78,4 +78,3 @@ func TestASteerSettlesQueuedWrites(t *testing.T) {
 		t.Errorf("the running write = %s, want it left to its Step", records[0].Status)
 	}
 }
-

@@ -41,11 +41,11 @@ const (
 	ToolCallWaitingForTask   ToolCallStatus = "waiting_for_task"
 	// ToolCallWriteQueued is an ordered write that waits for the earlier
 	// write of its model response; its approval is asked only then.
-	ToolCallWriteQueued ToolCallStatus = "write_queued"
-	ToolCallRejected         ToolCallStatus = "rejected"
-	ToolCallSucceeded        ToolCallStatus = "succeeded"
-	ToolCallFailed           ToolCallStatus = "failed"
-	ToolCallOutcomeUnknown   ToolCallStatus = "outcome_unknown"
+	ToolCallWriteQueued    ToolCallStatus = "write_queued"
+	ToolCallRejected       ToolCallStatus = "rejected"
+	ToolCallSucceeded      ToolCallStatus = "succeeded"
+	ToolCallFailed         ToolCallStatus = "failed"
+	ToolCallOutcomeUnknown ToolCallStatus = "outcome_unknown"
 )
 
 // Final reports whether the status is an outcome.

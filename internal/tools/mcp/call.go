@@ -83,7 +83,7 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 			return "", callError(tool.Name, err)
 		}
 		if !res.NeedsInput() {
-			return callResult(tool.Name, res)
+			return callResult(res)
 		}
 		if len(res.InputRequests) > 0 {
 			return "", agent.Failed("%s (%s)", inputRequestPrefix, describeInputRequests(res.InputRequests))
@@ -164,11 +164,13 @@ func serverError(err error) *jsonrpc.Error {
 		if e == nil {
 			return false
 		}
-		if w, ok := e.(*jsonrpc.Error); ok && localErrors[w.Code] != w.Message {
+		// The chain is walked by hand: errors.As would stop at the SDK's
+		// own error and miss the server's beside it.
+		if w, ok := e.(*jsonrpc.Error); ok && localErrors[w.Code] != w.Message { //nolint:errorlint // see above
 			found = w
 			return true
 		}
-		switch u := e.(type) {
+		switch u := e.(type) { //nolint:errorlint // see above
 		case interface{ Unwrap() []error }:
 			for _, inner := range u.Unwrap() {
 				if walk(inner) {
@@ -203,7 +205,7 @@ func outcome(meta map[string]any) string {
 // callResult maps a tools/call result: the Dex outcome key first, then
 // isError, else the result's text. An error result's images are omitted
 // from its text, so the recorded error holds no image bytes.
-func callResult(tool string, res *mcp.CallToolResult) (string, error) {
+func callResult(res *mcp.CallToolResult) (string, error) {
 	switch outcome(res.Meta) {
 	case outcomeUnknown:
 		return "", agent.OutcomeUnknown("%s", orText(ResultText(res, true), OutcomeUnknownNoText))
@@ -265,9 +267,9 @@ func describeInputRequests(requests mcp.InputRequestMap) string {
 		switch r := requests[key].(type) {
 		case *mcp.ElicitParams:
 			out = append(out, fmt.Sprintf("an answer to '%s'", r.Message))
-		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams: //nolint:staticcheck // servers of older protocols still ask
 			out = append(out, "a model completion")
-		case *mcp.ListRootsParams:
+		case *mcp.ListRootsParams: //nolint:staticcheck // servers of older protocols still ask
 			out = append(out, "the list of roots")
 		default:
 			out = append(out, fmt.Sprintf("a request of type %T", r))

@@ -153,19 +153,19 @@ func TestACallFollowsTheSeedsTableOfOutcomes(t *testing.T) {
 			out, err := call(t, src, tools, c.tool, nil)
 			var got, text string
 			var interrupted *CallInterruptedError
-			switch e := err.(type) {
-			case nil:
+			failure, isFailure := agent.IsExecutionError(err)
+			uncertain, isUncertain := agent.IsOutcomeUnknown(err)
+			switch {
+			case err == nil:
 				got, text = succeeded, out
-			case *agent.ToolExecutionError:
-				got, text = failed, e.Message
-			case *agent.ToolOutcomeUnknownError:
-				got, text = unknown, e.Message
+			case isFailure:
+				got, text = failed, failure.Message
+			case isUncertain:
+				got, text = unknown, uncertain.Message
+			case errors.As(err, &interrupted):
+				got, text = broke, err.Error()
 			default:
-				if errors.As(err, &interrupted) {
-					got, text = broke, err.Error()
-				} else {
-					got, text = "other", err.Error()
-				}
+				got, text = "other", err.Error()
 			}
 			if got != c.want || !strings.Contains(text, c.text) {
 				t.Errorf("%s: %s %q, want %s with %q", c.tool, got, text, c.want, c.text)
@@ -182,13 +182,13 @@ func TestAResultWithTheOutcomeKeyAndImagesOmitsTheImages(t *testing.T) {
 		&mcp.ImageContent{Data: []byte("x"), MIMEType: "image/png"}, &mcp.TextContent{Text: "declined"},
 		&mcp.ImageContent{Data: []byte("y"), MIMEType: "image/png"},
 	}}
-	_, err := callResult("t", res)
+	_, err := callResult(res)
 	if e, ok := agent.IsExecutionError(err); !ok || e.Message != "[image 1 omitted]\ndeclined\n[image 2 omitted]" {
 		t.Errorf("err = %v", err)
 	}
 	res.Meta[OutcomeMetaKey] = "reserved-value"
 	res.IsError = false
-	if out, err := callResult("t", res); err != nil || out != "[image 1]\ndeclined\n[image 2]" {
+	if out, err := callResult(res); err != nil || out != "[image 1]\ndeclined\n[image 2]" {
 		t.Errorf("a reserved outcome value: %q, %v; want the result as a success", out, err)
 	}
 }
