@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +167,93 @@ func TestAStdioToolSourceFromTheWorkerConfig(t *testing.T) {
 	if !strings.HasPrefix(answer, "results: files__list_allowed_directories=Allowed directories:") || !strings.Contains(answer, resolved) {
 		t.Errorf("the model saw %q, want the allowed directory %s", answer, resolved)
 	}
+}
+
+// taskStack is a stack whose workers have the task server as the MCP tool
+// source "jobs", over Streamable HTTP, so the session polls its tasks.
+func taskStack(t *testing.T, flowType string) (*Stack, *mcptest.TaskServer) {
+	t.Helper()
+	s := NewStack(t, flowType)
+	ts := mcptest.NewTaskServer(t)
+	ts.SetPollInterval(time.Second)
+	s.Config.ToolSources = []workerconfig.ToolSource{{
+		SourceName: "jobs", TrustToolAnnotations: true,
+		ConnectionTimeout: metav1.Duration{Duration: 5 * time.Second},
+		RequestTimeout:    metav1.Duration{Duration: time.Minute},
+		StreamableHTTP:    &workerconfig.StreamableHTTP{URL: ts.URL},
+	}}
+	return s, ts
+}
+
+// An MCP task over Streamable HTTP is a tool task the session polls on
+// timers; its input request is a session question whose answer reaches the
+// task with tasks/update, across a worker replaced while the question
+// waits.
+func TestAnMCPTaskAsksTheUserAndCompletes(t *testing.T) {
+	s, ts := taskStack(t, "MCPTask")
+	sessions := client.New(s.Client, s.FlowType, "")
+	ctx := context.Background()
+	first := s.StartWorker()
+	if ok, err := sessions.Start(ctx, "s1", "tools: jobs__approval_report"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	var question session.Interrupt
+	Eventually(t, waitLong, "the task's question", func() (bool, error) {
+		snap, err := sessions.Snapshot(ctx, "s1")
+		if err != nil || len(snap.PendingInterrupts) == 0 {
+			return false, err
+		}
+		question = snap.PendingInterrupts[0]
+		return true, nil
+	})
+	if question.ID != "c1-input-1" || question.Question == nil || question.Question.Text != "Publish the report?" ||
+		strings.Join(question.Question.Choices, ",") != "yes,no" {
+		t.Fatalf("the question = %+v", question)
+	}
+	first.Kill()
+	s.StartWorker()
+	if ok, err := sessions.Answer(ctx, "s1", question.ID, "yes"); !ok || err != nil {
+		t.Fatalf("Answer = %v, %v", ok, err)
+	}
+	answer := lastAnswer(t, sessions, "s1", 1)
+	if answer != `results: jobs__approval_report=approval_report answered {"publish":true}` {
+		t.Errorf("answer = %q", answer)
+	}
+	updates, calls := 0, 0
+	for _, line := range ts.Log() {
+		switch {
+		case strings.HasPrefix(line, "update "):
+			updates++
+		case strings.HasPrefix(line, "call "):
+			calls++
+		}
+	}
+	if updates != 1 || calls != 1 {
+		t.Errorf("the server got %d calls and %d updates, want one each: %v", calls, updates, ts.Log())
+	}
+}
+
+// cancel_turn abandons a running MCP task: the session sends tasks/cancel
+// and records the call outcome_unknown.
+func TestCancellingATurnCancelsItsMCPTask(t *testing.T) {
+	s, ts := taskStack(t, "MCPTaskCancel")
+	sessions := client.New(s.Client, s.FlowType, "")
+	ctx := context.Background()
+	s.StartWorker()
+	if ok, err := sessions.Start(ctx, "s1", "tools: jobs__slow_report"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	Eventually(t, waitLong, "the task to be polled", func() (bool, error) {
+		return slices.Contains(ts.Log(), "get task-1"), nil
+	})
+	if ok, err := sessions.CancelTurn(ctx, "s1", "turn-1"); !ok || err != nil {
+		t.Fatalf("CancelTurn = %v, %v", ok, err)
+	}
+	Eventually(t, waitLong, "the task to be cancelled", func() (bool, error) {
+		return ts.Status("task-1") == "cancelled", nil
+	})
+	Eventually(t, waitLong, "the turn to end", func() (bool, error) {
+		snap, err := sessions.Snapshot(ctx, "s1")
+		return err == nil && snap.State != nil && snap.State.ActiveTurnID == "", err
+	})
 }

@@ -439,6 +439,9 @@ func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
 			return out, nil
 		})
 	case ts.StreamableHTTP != nil:
+		// Any connection can poll a Streamable HTTP server's task, so the
+		// session polls it on timers, holding no connection.
+		server.TaskPolling = mcp.PollInSession
 		headers := ts.StreamableHTTP.Headers
 		server.Connect = mcp.HTTPConnect(ts.StreamableHTTP.URL, func() (http.Header, error) {
 			h := http.Header{}

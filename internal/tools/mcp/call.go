@@ -68,6 +68,14 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 			})
 		},
 	}
+	if server.TaskPolling == PollInSession && call.Checkpoint != "" {
+		// An earlier attempt's tools/call returned a task: resume it
+		// without calling the tool again.
+		var cp taskCheckpoint
+		if json.Unmarshal([]byte(call.Checkpoint), &cp) == nil && cp.TaskID != "" {
+			return "", agent.StartTask(cp.TaskID, cp.Interval)
+		}
+	}
 	cs, err := connectAttempts(ctx, server, opts)
 	if err != nil {
 		return "", err
@@ -82,6 +90,9 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 		if err != nil {
 			return "", callError(tool.Name, err)
 		}
+		if task, ok := createdTask(res); ok {
+			return startedTask(ctx, cs, server, call, tool.Name, task)
+		}
 		if !res.NeedsInput() {
 			return callResult(res)
 		}
@@ -93,6 +104,21 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 			return "", &CallInterruptedError{Tool: tool.Name, Cause: errors.New("the server kept asking to repeat the call")}
 		}
 	}
+}
+
+// startedTask follows a task a tools/call returned: the session polls a
+// Streamable HTTP server's task, after the Step saved its ID; a stdio
+// server's task is polled here.
+func startedTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, task *Task) (string, error) {
+	if server.TaskPolling != PollInSession {
+		return waitTask(ctx, cs, server, call, tool, task)
+	}
+	interval := nextPollInterval(0, task)
+	if call.SaveCheckpoint != nil {
+		cp, _ := json.Marshal(taskCheckpoint{TaskID: task.TaskID, Interval: interval})
+		call.SaveCheckpoint(string(cp))
+	}
+	return "", agent.StartTask(task.TaskID, interval)
 }
 
 // connectAttempts connects for a request, up to ConnectionAttempts times;

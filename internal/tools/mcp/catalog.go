@@ -34,6 +34,10 @@ type Server struct {
 	// RequestTimeout bounds one tools/call; DefaultRequestTimeout when
 	// zero.
 	RequestTimeout time.Duration
+	// TaskPolling says who polls the server's tasks; TaskWaitTimeout bounds
+	// a task polled inside the call (DefaultTaskWaitTimeout when zero).
+	TaskPolling     TaskPolling
+	TaskWaitTimeout time.Duration
 }
 
 // ListedTool is one tool of a server as a model is offered it.
@@ -215,12 +219,15 @@ func connect(ctx context.Context, s Server, timeout time.Duration, opts *mcp.Cli
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "stepwise", Version: version.Operator}, opts)
-	session, err := client.Connect(ctx, transport, nil)
+	session, err := taskClient(opts).Connect(ctx, taskTransport{transport}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to MCP server %s: %w", s.Name, err)
 	}
 	return session, nil
+}
+
+func implementation() *mcp.Implementation {
+	return &mcp.Implementation{Name: "stepwise", Version: version.Operator}
 }
 
 func orDuration(d, fallback time.Duration) time.Duration {

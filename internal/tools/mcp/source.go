@@ -25,6 +25,7 @@ type Source struct {
 var (
 	_ agent.ToolSource         = (*Source)(nil)
 	_ agent.DeclaredToolSource = (*Source)(nil)
+	_ agent.SourceTaskPoller   = (*Source)(nil)
 )
 
 // SourceOptions configure a Source.

@@ -65,18 +65,21 @@ func HTTPConnect(url string, headers func() (http.Header, error)) func() (mcp.Tr
 	}
 }
 
-// headerTransport adds the configured headers to every request.
+// headerTransport adds the configured headers to every request, and the
+// task ID header to task requests.
 type headerTransport struct {
 	headers http.Header
 	next    http.RoundTripper
 }
 
 func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(t.headers) > 0 {
-		req = req.Clone(req.Context())
-		for name, values := range t.headers {
-			req.Header[name] = values
-		}
+	req = req.Clone(req.Context())
+	for name, values := range t.headers {
+		req.Header[name] = values
+	}
+	req, err := taskHeaders(req)
+	if err != nil {
+		return nil, err
 	}
 	return t.next.RoundTrip(req)
 }

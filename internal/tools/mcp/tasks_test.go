@@ -1,0 +1,329 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
+	"github.com/stepwise-run/stepwise/pkg/agent"
+)
+
+func TestNextPollInterval(t *testing.T) {
+	ms := func(n int64) *Task { return &Task{PollIntervalMs: &n} }
+	cases := []struct {
+		previous time.Duration
+		task     *Task
+		want     time.Duration
+	}{
+		{0, nil, time.Second},
+		{0, ms(1500), 2 * time.Second},
+		{2 * time.Second, ms(1500), 4 * time.Second},
+		{40 * time.Second, ms(1000), time.Minute},
+		{time.Minute, ms(1000), time.Minute},
+		{time.Second, ms(90_000), 90 * time.Second},
+	}
+	for _, c := range cases {
+		if got := nextPollInterval(c.previous, c.task); got != c.want {
+			t.Errorf("nextPollInterval(%s, %v) = %s, want %s", c.previous, c.task, got, c.want)
+		}
+	}
+}
+
+// taskSource is a source over the task server whose tasks the session
+// polls, as for a Streamable HTTP server.
+func taskSource(t *testing.T, polling TaskPolling) (*Source, *mcptest.TaskServer) {
+	t.Helper()
+	ts := mcptest.NewTaskServer(t)
+	server := Server{Name: "jobs", TrustAnnotations: true, ConnectionTimeout: 5 * time.Second, RequestTimeout: time.Minute,
+		TaskPolling: polling, Connect: HTTPConnect(ts.URL, nil)}
+	if polling == PollInCall {
+		ts.SetPollInterval(100 * time.Millisecond)
+		server.Connect = ts.InMemory
+	}
+	src, err := NewSource(SourceOptions{Name: "jobs", Log: quiet(), Servers: []Server{server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, ts
+}
+
+// taskCall calls a task tool and returns the task it started and the
+// checkpoint its Step saved.
+func taskCall(t *testing.T, src *Source, name string, effect agent.Effect) (agent.TaskPoll, agent.SourceCall) {
+	t.Helper()
+	tools := listed(t, src, agent.SourcePolicies{})
+	sc := agent.SourceCall{Name: name, Reference: tools[name].Reference, Arguments: `{}`}
+	var checkpoint string
+	call := agent.ToolContext{SessionID: "s1", TurnID: "turn-1", ToolCallID: "c1", IdempotencyKey: "s1/turn-1/c1", Attempt: 1,
+		Effect: effect, Heartbeat: func() {}, SaveCheckpoint: func(text string) { checkpoint = text }}
+	_, err := src.CallTool(context.Background(), call, sc)
+	started, ok := agent.IsTaskStarted(err)
+	if !ok {
+		t.Fatalf("%s: %v, want a started task", name, err)
+	}
+	if !strings.Contains(checkpoint, started.TaskID) {
+		t.Errorf("the Step saved checkpoint %q, want the task %s", checkpoint, started.TaskID)
+	}
+	call.Checkpoint = checkpoint
+	return agent.TaskPoll{ToolContext: call, TaskID: started.TaskID}, sc
+}
+
+// pollOnce polls and hands the continuation on, as the session does.
+func pollOnce(t *testing.T, src *Source, poll *agent.TaskPoll, sc agent.SourceCall) (string, error) {
+	t.Helper()
+	out, err := src.PollSourceTask(context.Background(), *poll, sc)
+	if pending, ok := agent.IsTaskPending(err); ok {
+		poll.Continuation = pending.Continuation
+	}
+	var input *agent.InputRequest
+	if errors.As(err, &input) {
+		poll.Continuation = input.Continuation
+	}
+	return out, err
+}
+
+func TestASessionPolledTaskCompletes(t *testing.T) {
+	src, ts := taskSource(t, PollInSession)
+	ev := &events{}
+	poll, sc := taskCall(t, src, "jobs__report", agent.EffectRead)
+	poll.Events = ev
+	_, err := pollOnce(t, src, &poll, sc)
+	pending, ok := agent.IsTaskPending(err)
+	if !ok || pending.PollInterval != 4*time.Second {
+		t.Fatalf("first poll = %v, want still running with the next interval doubled to 4s", err)
+	}
+	out, err := pollOnce(t, src, &poll, sc)
+	if err != nil || out != "report ready for s1/turn-1/c1" {
+		t.Fatalf("second poll = %q, %v", out, err)
+	}
+	var statuses []any
+	for _, e := range ev.got {
+		if e["type"] == TaskStatusEvent && e["task_id"] == poll.TaskID {
+			statuses = append(statuses, e["status"])
+		}
+	}
+	if !slices.Equal(statuses, []any{"working", "completed"}) {
+		t.Errorf("status events = %v", statuses)
+	}
+	// A retried Step reads its checkpoint and returns the same task
+	// without calling the tool again.
+	_, err = src.CallTool(context.Background(), poll.ToolContext, sc)
+	if again, ok := agent.IsTaskStarted(err); !ok || again.TaskID != poll.TaskID {
+		t.Errorf("the retry = %v, want the same task", err)
+	}
+	calls := 0
+	for _, line := range ts.Log() {
+		if strings.HasPrefix(line, "call ") {
+			calls++
+		}
+	}
+	if calls != 1 {
+		t.Errorf("the tool was called %d times: %v", calls, ts.Log())
+	}
+}
+
+func TestTasksThatFailAreCancelledOrAreLost(t *testing.T) {
+	src, _ := taskSource(t, PollInSession)
+	cases := []struct {
+		tool   string
+		effect agent.Effect
+		check  func(error) bool
+		text   string
+	}{
+		{"jobs__failing_report", agent.EffectRead, isFailed, "failed: MCP error -32603: renderer crashed"},
+		{"jobs__cancelled_report", agent.EffectRead, isFailed, "cancelled"},
+		{"jobs__lost_report", agent.EffectIdempotentWrite, isUnknown, "no longer knows task"},
+		{"jobs__lost_report", agent.EffectRead, isFailed, "no longer knows task"},
+	}
+	for _, c := range cases {
+		poll, sc := taskCall(t, src, c.tool, c.effect)
+		_, err := pollOnce(t, src, &poll, sc)
+		if !c.check(err) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s (%s): %v, want %q", c.tool, c.effect, err, c.text)
+		}
+	}
+}
+
+func isFailed(err error) bool  { _, ok := agent.IsExecutionError(err); return ok }
+func isUnknown(err error) bool { _, ok := agent.IsOutcomeUnknown(err); return ok }
+
+func TestATaskThatCannotBeReachedForThreePollsIsLost(t *testing.T) {
+	src, _ := taskSource(t, PollInSession)
+	poll, sc := taskCall(t, src, "jobs__report", agent.EffectIdempotentWrite)
+	closed := httptest.NewServer(nil)
+	closed.Close()
+	src.servers[0].Connect = HTTPConnect(closed.URL, nil)
+	for i := 1; i <= 2; i++ {
+		if _, err := pollOnce(t, src, &poll, sc); !isPending(err) {
+			t.Fatalf("unreachable poll %d = %v, want still running", i, err)
+		}
+	}
+	if _, err := pollOnce(t, src, &poll, sc); !isUnknown(err) || !strings.Contains(err.Error(), "could not be reached for 3 polls") {
+		t.Errorf("third unreachable poll = %v, want outcome unknown for a write", err)
+	}
+}
+
+func isPending(err error) bool { _, ok := agent.IsTaskPending(err); return ok }
+
+func TestAnInputRequestBecomesAQuestionAndItsAnswerReachesTheTask(t *testing.T) {
+	cases := []struct {
+		tool      string
+		key       string
+		question  string
+		choices   []string
+		freeText  bool
+		answer    string
+		wantSent  string
+		wantFinal string
+	}{
+		{"jobs__approval_report", "publish-1", "Publish the report?", []string{"yes", "no"}, false, "yes",
+			`accept {"publish":true}`, `approval_report answered {"publish":true}`},
+		{"jobs__format_report", "format-1", "Which format?", []string{"pdf", "csv"}, false, "csv",
+			`accept {"format":"csv"}`, `format_report answered {"format":"csv"}`},
+		{"jobs__name_report", "name-1", "Name the report.", nil, true, "Q3 numbers",
+			`accept {"name":"Q3 numbers"}`, `name_report answered {"name":"Q3 numbers"}`},
+	}
+	for _, c := range cases {
+		t.Run(c.tool, func(t *testing.T) {
+			src, ts := taskSource(t, PollInSession)
+			poll, sc := taskCall(t, src, c.tool, agent.EffectRead)
+			_, err := pollOnce(t, src, &poll, sc)
+			var input *agent.InputRequest
+			if !errors.As(err, &input) || input.Question != c.question || !slices.Equal(input.Choices, c.choices) || input.AllowsFreeText != c.freeText {
+				t.Fatalf("poll = %v (%+v), want the question %q", err, input, c.question)
+			}
+			// A retried delivery attempt asks again rather than send.
+			retry := poll
+			retry.Attempt = 2
+			retry.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionAnswered, Answer: c.answer}
+			if _, err := src.PollSourceTask(context.Background(), retry, sc); !errors.As(err, &input) {
+				t.Fatalf("a retried delivery = %v, want the question again", err)
+			}
+			if slices.ContainsFunc(ts.Log(), func(l string) bool { return strings.HasPrefix(l, "update") }) {
+				t.Fatalf("a retried attempt sent the answer: %v", ts.Log())
+			}
+			poll.PendingAnswer = retry.PendingAnswer
+			if _, err := pollOnce(t, src, &poll, sc); !isPending(err) {
+				t.Fatalf("the delivery poll = %v, want still running", err)
+			}
+			if !slices.Contains(ts.Log(), "update "+poll.TaskID+" "+c.key+" "+c.wantSent) {
+				t.Errorf("the server got %v, want %q", ts.Log(), c.wantSent)
+			}
+			poll.PendingAnswer = nil
+			if out, err := pollOnce(t, src, &poll, sc); err != nil || out != c.wantFinal {
+				t.Errorf("the final poll = %q, %v; want %q", out, err, c.wantFinal)
+			}
+		})
+	}
+}
+
+func TestADeclinedQuestionCancelsTheTask(t *testing.T) {
+	src, ts := taskSource(t, PollInSession)
+	poll, sc := taskCall(t, src, "jobs__approval_report", agent.EffectRead)
+	if _, err := pollOnce(t, src, &poll, sc); err == nil {
+		t.Fatal("no question")
+	}
+	poll.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionDeclined}
+	if _, err := pollOnce(t, src, &poll, sc); !isPending(err) {
+		t.Fatalf("the delivery poll = %v", err)
+	}
+	poll.PendingAnswer = nil
+	if _, err := pollOnce(t, src, &poll, sc); !isFailed(err) || !strings.Contains(err.Error(), "cancelled") {
+		t.Errorf("after the decline = %v, want failed as cancelled", err)
+	}
+	if !slices.Contains(ts.Log(), "update "+poll.TaskID+" publish-1 decline null") {
+		t.Errorf("the server got %v", ts.Log())
+	}
+}
+
+func TestAnInputRequestNoQuestionFitsFailsAndCancelsTheTask(t *testing.T) {
+	src, ts := taskSource(t, PollInSession)
+	poll, sc := taskCall(t, src, "jobs__survey_report", agent.EffectRead)
+	_, err := pollOnce(t, src, &poll, sc)
+	if !isFailed(err) || err.Error() != inputRequestPrefix+" (an answer to 'Tell us about the report.')" {
+		t.Errorf("poll = %v", err)
+	}
+	if ts.Status(poll.TaskID) != "cancelled" {
+		t.Errorf("the task is %s, want cancelled", ts.Status(poll.TaskID))
+	}
+}
+
+func TestCancellingATaskSendsTasksCancel(t *testing.T) {
+	src, ts := taskSource(t, PollInSession)
+	poll, sc := taskCall(t, src, "jobs__slow_report", agent.EffectRead)
+	for range 2 {
+		if err := src.CancelSourceTask(context.Background(), poll, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ts.Status(poll.TaskID) != "cancelled" {
+		t.Errorf("the task is %s, want cancelled", ts.Status(poll.TaskID))
+	}
+}
+
+func TestATaskPolledInsideTheCall(t *testing.T) {
+	src, ts := taskSource(t, PollInCall)
+	tools := listed(t, src, agent.SourcePolicies{})
+	run := func(name string, wait time.Duration) (string, error) {
+		src.servers[0].TaskWaitTimeout = wait
+		call := agent.ToolContext{ToolCallID: "c1", IdempotencyKey: "s1/turn-1/c1", Attempt: 1, Heartbeat: func() {}}
+		return src.CallTool(context.Background(), call, agent.SourceCall{Name: name, Reference: tools[name].Reference, Arguments: `{}`})
+	}
+	if out, err := run("jobs__report", time.Minute); err != nil || out != "report ready for s1/turn-1/c1" {
+		t.Errorf("report = %q, %v", out, err)
+	}
+	if _, err := run("jobs__approval_report", time.Minute); !isFailed(err) || !strings.Contains(err.Error(), "an answer to 'Publish the report?'") {
+		t.Errorf("an input request inside the call = %v, want failed", err)
+	}
+	var interrupted *CallInterruptedError
+	if _, err := run("jobs__slow_report", 2*time.Second); !errors.As(err, &interrupted) {
+		t.Errorf("a task past the wait = %v, want an interruption", err)
+	}
+	if _, err := run("jobs__lost_report", time.Minute); !errors.As(err, &interrupted) {
+		t.Errorf("a task the server lost = %v, want an interruption", err)
+	}
+	cancels := 0
+	for _, line := range ts.Log() {
+		if strings.HasPrefix(line, "cancel ") {
+			cancels++
+		}
+	}
+	if cancels != 2 {
+		t.Errorf("the server got %d cancels, want one for the input request and one past the wait: %v", cancels, ts.Log())
+	}
+}
+
+func TestARequestStillListedRightAfterItsAnswerReadsAsWorking(t *testing.T) {
+	src, ts := taskSource(t, PollInSession)
+	poll, sc := taskCall(t, src, "jobs__sticky_report", agent.EffectRead)
+	if _, err := pollOnce(t, src, &poll, sc); err == nil {
+		t.Fatal("no question")
+	}
+	poll.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionAnswered, Answer: "no"}
+	if _, err := pollOnce(t, src, &poll, sc); !isPending(err) {
+		t.Fatalf("the delivery poll = %v", err)
+	}
+	poll.PendingAnswer = nil
+	// Within the settle time the same request is the answered one.
+	_, err := pollOnce(t, src, &poll, sc)
+	if pending, ok := agent.IsTaskPending(err); !ok || pending.PollInterval != time.Second {
+		t.Fatalf("right after the answer = %v, want still running a second apart", err)
+	}
+	// Past it, an identical request is a new question.
+	state := readTaskState(poll.Continuation)
+	past := time.Now().Add(-answerSettleTime - time.Second)
+	state.AnsweredAt = &past
+	poll.Continuation = state.encode()
+	var input *agent.InputRequest
+	if _, err := pollOnce(t, src, &poll, sc); !errors.As(err, &input) || input.Question != "Approve?" {
+		t.Fatalf("after the settle time = %v, want the question again", err)
+	}
+	if !slices.Contains(ts.Log(), "update "+poll.TaskID+` approve-1 accept {"approve":false}`) {
+		t.Errorf("the server got %v", ts.Log())
+	}
+}
