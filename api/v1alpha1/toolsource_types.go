@@ -58,6 +58,18 @@ type ToolSourceSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="requestTimeout must be between 1s and 1h"
 	RequestTimeout *metav1.Duration `json:"requestTimeout,omitempty"`
 
+	// TaskWaitTimeout bounds how long a tool Step polls a task a stdio
+	// server started, inside the call; a task that outlasts it is sent
+	// again for a read or an idempotent write, and recorded
+	// outcome_unknown otherwise. A Streamable HTTP server's tasks are polled
+	// by the session instead, for as long as they run.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="taskWaitTimeout must be between 1s and 24h"
+	TaskWaitTimeout *metav1.Duration `json:"taskWaitTimeout,omitempty"`
+
 	// ResourceAndPromptTools also offers the read tools
 	// mcp_list_resources_and_prompts, mcp_read_resource and mcp_get_prompt.
 	// Enable them on one ToolSource of an Agent only.

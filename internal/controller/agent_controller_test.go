@@ -158,6 +158,7 @@ var _ = Describe("Agent reconciler", func() {
 			firstConfig := render.ConfigMapOf(&workerDeployment(Default, agent).Spec.Template)
 			Expect(change(ts, func(ts *agentsv1.ToolSource) {
 				ts.Spec.RequestTimeout = &metav1.Duration{Duration: 90 * time.Second}
+				ts.Spec.TaskWaitTimeout = &metav1.Duration{Duration: time.Hour}
 			})).To(Succeed())
 			Eventually(configDigest(agent)).ShouldNot(Equal(first))
 			second := configDigest(agent)(Default)
@@ -172,6 +173,7 @@ var _ = Describe("Agent reconciler", func() {
 			Expect(cfg.ToolSources).To(ConsistOf(And(
 				HaveField("SourceName", "tickets"),
 				HaveField("RequestTimeout", metav1.Duration{Duration: 90 * time.Second}),
+				HaveField("TaskWaitTimeout", metav1.Duration{Duration: time.Hour}),
 			)))
 
 			rotateSecret(ns, "tickets", "authorization", "Bearer two")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -189,6 +190,7 @@ spec:
 		Expect(ts.Spec.ListingTTL.Duration.Minutes()).To(Equal(5.0))
 		Expect(ts.Spec.ConnectionTimeout.Duration.Seconds()).To(Equal(30.0))
 		Expect(ts.Spec.RequestTimeout.Duration.Minutes()).To(Equal(10.0))
+		Expect(ts.Spec.TaskWaitTimeout.Duration.Minutes()).To(Equal(10.0))
 	})
 
 	DescribeTable("refuses a bad ToolSource and names the field",
@@ -223,6 +225,9 @@ spec:
 		Entry("a listing TTL of zero", "ttl", func(ts *agentsv1.ToolSource) {
 			ts.Spec.ListingTTL = &metav1.Duration{}
 		}, "spec.listingTTL", "listingTTL must be between 1s and 24h"),
+		Entry("a task wait of two days", "taskwait", func(ts *agentsv1.ToolSource) {
+			ts.Spec.TaskWaitTimeout = &metav1.Duration{Duration: 48 * time.Hour}
+		}, "spec.taskWaitTimeout", "taskWaitTimeout must be between 1s and 24h"),
 	)
 
 	It("refuses a change to the source name, or adding one", func() {

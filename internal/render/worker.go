@@ -99,6 +99,7 @@ const (
 	fallbackListingTTL           = 5 * time.Minute
 	fallbackConnectionTimeout    = 30 * time.Second
 	fallbackRequestTimeout       = 10 * time.Minute
+	fallbackTaskWaitTimeout      = 10 * time.Minute
 )
 
 // WorkerName is the name of an Agent's Deployment and ServiceAccount.
@@ -390,6 +391,7 @@ func toolSource(ts ResolvedToolSource, envs secretEnvs) workerconfig.ToolSource 
 		ListingTTL:             durationOr(spec.ListingTTL, fallbackListingTTL),
 		ConnectionTimeout:      durationOr(spec.ConnectionTimeout, fallbackConnectionTimeout),
 		RequestTimeout:         durationOr(spec.RequestTimeout, fallbackRequestTimeout),
+		TaskWaitTimeout:        durationOr(spec.TaskWaitTimeout, fallbackTaskWaitTimeout),
 		ResourceAndPromptTools: spec.ResourceAndPromptTools,
 	}
 	if s := spec.MCP.Stdio; s != nil {

@@ -422,7 +422,7 @@ func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
 	server := mcp.Server{
 		Name: ts.SourceName, TrustAnnotations: ts.TrustToolAnnotations,
 		ListingTTL: ts.ListingTTL.Duration, ConnectionTimeout: ts.ConnectionTimeout.Duration,
-		RequestTimeout: ts.RequestTimeout.Duration,
+		RequestTimeout: ts.RequestTimeout.Duration, TaskWaitTimeout: ts.TaskWaitTimeout.Duration,
 	}
 	switch {
 	case ts.Stdio != nil:

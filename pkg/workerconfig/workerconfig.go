@@ -168,11 +168,13 @@ type Limits struct {
 type ToolSource struct {
 	// SourceName prefixes the source's tool names and names the source in
 	// stored tool calls.
-	SourceName             string          `json:"sourceName"`
-	TrustToolAnnotations   bool            `json:"trustToolAnnotations"`
-	ListingTTL             metav1.Duration `json:"listingTTL"`
-	ConnectionTimeout      metav1.Duration `json:"connectionTimeout"`
-	RequestTimeout         metav1.Duration `json:"requestTimeout"`
+	SourceName           string          `json:"sourceName"`
+	TrustToolAnnotations bool            `json:"trustToolAnnotations"`
+	ListingTTL           metav1.Duration `json:"listingTTL"`
+	ConnectionTimeout    metav1.Duration `json:"connectionTimeout"`
+	RequestTimeout       metav1.Duration `json:"requestTimeout"`
+	// TaskWaitTimeout bounds a stdio server's task polled inside its call.
+	TaskWaitTimeout        metav1.Duration `json:"taskWaitTimeout"`
 	ResourceAndPromptTools bool            `json:"resourceAndPromptTools,omitempty"`
 	Stdio                  *Stdio          `json:"stdio,omitempty"`
 	StreamableHTTP         *StreamableHTTP `json:"streamableHTTP,omitempty"`
