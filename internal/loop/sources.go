@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -51,27 +50,47 @@ func (r *Runner) listSources(ctx context.Context, turn session.TurnContext) ([]s
 		return nil, nil
 	}
 	policies := agent.SourcePolicies{ToolPolicies: r.def.ToolPolicies, DefaultToolEffect: r.def.DefaultToolEffect}
-	lists := make([][]agent.SourceTool, len(r.def.ToolSources))
-	var wg sync.WaitGroup
-	for i, src := range r.def.ToolSources {
-		wg.Go(func() {
-			listCtx, cancel := context.WithTimeout(ctx, r.def.ToolSourceListingTimeout)
-			defer cancel()
-			tools, err := src.ListTools(listCtx, policies)
-			if err == nil && listCtx.Err() != nil {
-				err = listCtx.Err()
-			}
-			if err != nil {
-				slog.Warn("a tool source could not be listed; it offers no tools in this model call",
-					"source", src.SourceName(), "error", err)
-				return
-			}
-			lists[i] = tools
-		})
+	listCtx, cancel := context.WithTimeout(ctx, r.def.ToolSourceListingTimeout)
+	defer cancel()
+	type listing struct {
+		i     int
+		tools []agent.SourceTool
+		err   error
 	}
-	wg.Wait()
+	// Buffered, so a source that ignores its context and answers late
+	// never blocks: its answer is dropped.
+	answers := make(chan listing, len(r.def.ToolSources))
+	for i, src := range r.def.ToolSources {
+		go func() {
+			tools, err := src.ListTools(listCtx, policies)
+			answers <- listing{i, tools, err}
+		}()
+	}
+	lists := make([][]agent.SourceTool, len(r.def.ToolSources))
+	answered := make([]bool, len(r.def.ToolSources))
+collect:
+	for range r.def.ToolSources {
+		select {
+		case l := <-answers:
+			answered[l.i] = true
+			if l.err != nil {
+				slog.Warn("a tool source could not be listed; it offers no tools in this model call",
+					"source", r.def.ToolSources[l.i].SourceName(), "error", l.err)
+				continue
+			}
+			lists[l.i] = l.tools
+		case <-listCtx.Done():
+			break collect
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	for i, ok := range answered {
+		if !ok {
+			slog.Warn("a tool source took too long to list; it offers no tools in this model call",
+				"source", r.def.ToolSources[i].SourceName())
+		}
 	}
 	enabled := map[string]bool{}
 	for _, b := range r.offeredBuiltIns() {

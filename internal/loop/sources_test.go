@@ -192,3 +192,37 @@ func TestACallOfAListedToolStoresItsSourceAndRunsThere(t *testing.T) {
 		t.Errorf("unknown tool = %+v, %v", got, err)
 	}
 }
+
+// deafSource ignores its context when it lists.
+type deafSource struct{ release chan struct{} }
+
+func (d deafSource) SourceName() string { return "deaf" }
+
+func (d deafSource) ListTools(context.Context, agent.SourcePolicies) ([]agent.SourceTool, error) {
+	<-d.release
+	return []agent.SourceTool{listedTool("deaf__x", agent.EffectRead, false)}, nil
+}
+
+func (d deafSource) CallTool(context.Context, agent.ToolContext, agent.SourceCall) (string, error) {
+	return "", nil
+}
+
+func TestASourceThatIgnoresItsContextCannotHoldTheModelCall(t *testing.T) {
+	deaf := deafSource{release: make(chan struct{})}
+	defer close(deaf.release)
+	files := &fakeSource{name: "files", tools: []agent.SourceTool{listedTool("files__read", agent.EffectRead, false)}}
+	var offered []string
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		offered = toolNames(req.Tools)
+		return agent.ScriptedReply{Text: "done"}, nil
+	})
+	r := newRunner(t, agent.Definition{Model: model, ToolSources: []agent.ToolSource{deaf, files}, ToolSourceListingTimeout: 100 * time.Millisecond})
+	// The deaf source answers only once the test ends: a model call that
+	// waited for it would never return.
+	if _, err := r.RunModelStep(context.Background(), userTurn("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(offered, []string{"files__read"}) {
+		t.Errorf("offered %v, want the source that answered", offered)
+	}
+}

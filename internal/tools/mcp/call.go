@@ -99,10 +99,12 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 		if len(res.InputRequests) > 0 {
 			return "", agent.Failed("%s (%s)", inputRequestPrefix, describeInputRequests(res.InputRequests))
 		}
-		// A state-only answer asks for the same call again.
+		// A state-only answer asks for the same call again, with the state
+		// it handed back.
 		if repeat+1 >= maxRepeatRequests {
 			return "", &CallInterruptedError{Tool: tool.Name, Cause: errors.New("the server kept asking to repeat the call")}
 		}
+		params.RequestState = res.RequestState
 	}
 }
 
@@ -156,13 +158,7 @@ func callError(tool string, err error) error {
 		return &CallInterruptedError{Tool: tool, Cause: err}
 	}
 	text := fmt.Sprintf("MCP error %d: %s", wire.Code, wire.Message)
-	var data struct {
-		Meta map[string]any `json:"_meta"`
-	}
-	if len(wire.Data) > 0 {
-		_ = json.Unmarshal(wire.Data, &data)
-	}
-	switch outcome(data.Meta) {
+	switch outcome(errorMeta(wire)) {
 	case outcomeUnknown:
 		return agent.OutcomeUnknown("%s", text)
 	case outcomeRejected:
@@ -210,6 +206,18 @@ func serverError(err error) *jsonrpc.Error {
 	}
 	walk(err)
 	return found
+}
+
+// errorMeta reads a JSON-RPC error's data._meta, where the Dex outcome key
+// goes in the error form.
+func errorMeta(wire *jsonrpc.Error) map[string]any {
+	var data struct {
+		Meta map[string]any `json:"_meta"`
+	}
+	if len(wire.Data) > 0 {
+		_ = json.Unmarshal(wire.Data, &data)
+	}
+	return data.Meta
 }
 
 const (

@@ -21,7 +21,8 @@ type Server struct {
 	// Name prefixes the server's tool names; it is the ToolSource's stable
 	// source name.
 	Name string
-	// Connect returns a transport for one new connection.
+	// Connect returns a transport for one new connection. A Streamable HTTP
+	// transport carries tasks only when HTTPConnect built it.
 	Connect func() (mcp.Transport, error)
 	// TrustAnnotations says whether the server's hints and declarations
 	// decide its tools' effects.
@@ -93,14 +94,25 @@ func NewCatalog(servers []Server, log *slog.Logger) *Catalog {
 }
 
 // Tools returns every server's tools, in server order, waiting until ctx
-// ends for servers never listed before. A server whose first listing fails
-// or takes longer is left out of this call. Names that clash keep the
-// first tool and leave the other out with a warning.
+// ends for servers never listed before, all listed at once. A server whose
+// first listing fails or takes longer is left out of this call. Names that
+// clash keep the first tool and leave the other out with a warning.
 func (c *Catalog) Tools(ctx context.Context) []ListedTool {
+	waits := make([]chan struct{}, len(c.servers))
+	for i, s := range c.servers {
+		waits[i] = c.prepare(s)
+	}
 	var out []ListedTool
 	seen := map[string]string{}
-	for _, s := range c.servers {
-		for _, t := range c.serverTools(ctx, s) {
+	for i, s := range c.servers {
+		if running := waits[i]; running != nil && !finished(ctx, running) {
+			c.log.Warn("listing an MCP server took too long; its tools are left out of this model call", "server", s.Name)
+			continue
+		}
+		c.mu.Lock()
+		tools := c.entries[s.Name].tools
+		c.mu.Unlock()
+		for _, t := range tools {
 			if first, clash := seen[t.Name]; clash {
 				c.log.Warn("an MCP tool name clashes with an earlier one; the earlier is offered",
 					"tool", t.Name, "server", t.Server, "offered_from", first)
@@ -113,45 +125,48 @@ func (c *Catalog) Tools(ctx context.Context) []ListedTool {
 	return out
 }
 
-// serverTools returns one server's cached tools, listing it when it never
-// was, refreshing it in the background when stale.
-func (c *Catalog) serverTools(ctx context.Context, s Server) []ListedTool {
+// finished waits for a listing until ctx ends; a listing that already
+// finished counts even when ctx has ended too.
+func finished(ctx context.Context, running chan struct{}) bool {
+	select {
+	case <-running:
+		return true
+	default:
+	}
+	select {
+	case <-running:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// prepare starts what a server's listing needs: a first listing, which the
+// caller waits for (its channel is returned), or a background refresh of a
+// stale listing or of one that failed longer than the backoff ago. A
+// server listed within its TTL, or backing off, needs nothing.
+func (c *Catalog) prepare(s Server) chan struct{} {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e := c.entries[s.Name]
 	if e == nil {
 		e = &entry{}
 		c.entries[s.Name] = e
 	}
 	now := c.now()
-	ttl := orDuration(s.ListingTTL, DefaultListingTTL)
+	failed := !e.failedAt.IsZero()
 	switch {
-	case e.ok && now.Sub(e.listedAt) < ttl:
-		tools := e.tools
-		c.mu.Unlock()
-		return tools
-	case e.ok || (!e.failedAt.IsZero() && now.Sub(e.failedAt) >= ListingFailureBackoff):
+	case e.ok && now.Sub(e.listedAt) < orDuration(s.ListingTTL, DefaultListingTTL):
+		return nil
+	case failed && now.Sub(e.failedAt) < ListingFailureBackoff:
+		return nil
+	case e.ok || failed:
 		// Stale, or failed long enough ago: refresh in the background and
 		// serve what there is.
 		c.startListing(s, e)
-		tools := e.tools
-		c.mu.Unlock()
-		return tools
-	case !e.failedAt.IsZero():
-		// Backing off after a failure.
-		c.mu.Unlock()
 		return nil
 	}
-	running := c.startListing(s, e)
-	c.mu.Unlock()
-	select {
-	case <-running:
-	case <-ctx.Done():
-		c.log.Warn("listing an MCP server took too long; its tools are left out of this model call", "server", s.Name)
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return e.tools
+	return c.startListing(s, e)
 }
 
 // startListing starts the server's listing unless one runs; c.mu is held.
@@ -168,7 +183,9 @@ func (c *Catalog) startListing(s Server, e *entry) chan struct{} {
 		defer c.mu.Unlock()
 		e.running = nil
 		if err != nil {
-			e.failedAt = c.now()
+			// A server that cannot be listed is left out, its earlier
+			// tools too, and backed off.
+			e.failedAt, e.ok, e.tools = c.now(), false, nil
 			c.log.Warn("an MCP server could not be listed; its tools are left out", "server", s.Name, "error", err)
 			return
 		}
@@ -219,7 +236,10 @@ func connect(ctx context.Context, s Server, timeout time.Duration, opts *mcp.Cli
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	session, err := taskClient(opts).Connect(ctx, taskTransport{transport}, nil)
+	if _, isHTTP := transport.(*mcp.StreamableClientTransport); !isHTTP {
+		transport = taskTransport{transport}
+	}
+	session, err := taskClient(opts).Connect(ctx, transport, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to MCP server %s: %w", s.Name, err)
 	}

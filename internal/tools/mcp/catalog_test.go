@@ -180,3 +180,37 @@ func within(t *testing.T, ctx context.Context, d time.Duration) context.Context 
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func TestARefreshThatFailsLeavesTheServerOutAndBacksOff(t *testing.T) {
+	flaky := &testServer{tools: []*mcp.Tool{tool("read", nil, nil)}}
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	c := NewCatalog([]Server{flaky.server("flaky", true)}, quiet())
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	ctx := context.Background()
+	if got := names(c.Tools(within(t, ctx, 5*time.Second))); len(got) != 1 {
+		t.Fatalf("first listing = %v", got)
+	}
+	flaky.fail.Store(true)
+	advance(DefaultListingTTL)
+	c.Tools(within(t, ctx, 5*time.Second)) // starts the refresh, which fails
+	waitFor(t, func() bool { return len(c.Tools(within(t, ctx, 5*time.Second))) == 0 })
+	before := flaky.connections.Load()
+	for range 3 {
+		c.Tools(within(t, ctx, 5*time.Second))
+	}
+	if n := flaky.connections.Load(); n != before {
+		t.Errorf("%d listings ran while backing off", n-before)
+	}
+}
+
+func TestASlowFirstListingDoesNotHideAFastServer(t *testing.T) {
+	slow := &testServer{tools: []*mcp.Tool{tool("read", nil, nil)}, hold: make(chan struct{})}
+	fast := &testServer{tools: []*mcp.Tool{tool("search", nil, nil)}}
+	defer close(slow.hold)
+	c := NewCatalog([]Server{slow.server("slow", true), fast.server("fast", true)}, quiet())
+	if got := names(c.Tools(within(t, context.Background(), 500*time.Millisecond))); !slices.Equal(got, []string{"fast__search"}) {
+		t.Errorf("tools = %v, want the fast server's", got)
+	}
+}

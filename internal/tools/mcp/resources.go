@@ -182,7 +182,9 @@ func sortedJSON(v any) (string, error) {
 		return "", fmt.Errorf("encoding the MCP answer: %w", err)
 	}
 	var generic any
-	if err := json.Unmarshal(raw, &generic); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&generic); err != nil {
 		return "", fmt.Errorf("decoding the MCP answer: %w", err)
 	}
 	var buf bytes.Buffer

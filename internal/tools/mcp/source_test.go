@@ -146,6 +146,9 @@ func TestACallFollowsTheSeedsTableOfOutcomes(t *testing.T) {
 		{"ledger__uncertain_silent", unknown, OutcomeUnknownNoText},
 		{"ledger__refused", failed, "MCP error -32603: limit exceeded"},
 		{"ledger__statement", succeeded, "statement\n[image 1]\nchart above"},
+		{"ledger__gateway", broke, "HTTP 502"},
+		{"ledger__gateway_uncertain", unknown, "MCP error -32603: the ledger did not answer"},
+		{"ledger__paged", succeeded, "done after step-2"},
 		{"ledger__confirm", failed, "the MCP server asked for input that this agent session cannot provide yet (an answer to 'Which account?')"},
 	}
 	for _, c := range cases {

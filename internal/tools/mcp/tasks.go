@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -181,6 +182,9 @@ type taskState struct {
 	Kind        string `json:"kind,omitempty"`
 	// AnsweredAt is when the answer was sent with tasks/update.
 	AnsweredAt *time.Time `json:"answeredAt,omitempty"`
+	// Declined is set once a decline was sent: a task cancelled after it
+	// is a lost task, not a failure.
+	Declined bool `json:"declined,omitempty"`
 }
 
 func (s taskState) encode() string {
@@ -217,6 +221,11 @@ func (s *Source) PollSourceTask(ctx context.Context, poll agent.TaskPoll, tool a
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
+		}
+		if poll.PendingAnswer != nil {
+			// The answer was not sent: the attempt fails, so it is not
+			// dropped with a pending poll.
+			return "", fmt.Errorf("connecting to MCP server %s to answer task %s: %w", server.Name, poll.TaskID, err)
 		}
 		state.Unreachable++
 		if state.Unreachable >= taskPollAttempts {
@@ -304,7 +313,12 @@ func (p *taskPoller) poll1(ctx context.Context) (string, error) {
 	switch t.Status {
 	case taskCompleted:
 		return completedTask(t)
-	case taskFailed, taskCancelled:
+	case taskCancelled:
+		if p.state.Declined {
+			return "", lostTask(p.poll.Effect, fmt.Sprintf("MCP task %s was cancelled after its question was declined", t.TaskID))
+		}
+		return "", failedTask(t)
+	case taskFailed:
 		return "", failedTask(t)
 	case taskInputRequired:
 		return p.inputRequired(ctx, t)
@@ -328,10 +342,15 @@ func completedTask(t *Task) (string, error) {
 	return callResult(&res)
 }
 
+// failedTask is a failed or cancelled task: failed, unless its error
+// carries the Dex outcome key, which wins as it does on a call.
 func failedTask(t *Task) error {
 	text := fmt.Sprintf("MCP task %s %s", t.TaskID, t.Status)
 	if t.Error != nil {
 		text += fmt.Sprintf(": MCP error %d: %s", t.Error.Code, t.Error.Message)
+		if outcome(errorMeta(t.Error)) == outcomeUnknown {
+			return agent.OutcomeUnknown("%s", text)
+		}
 	} else if t.StatusMessage != "" {
 		text += ": " + t.StatusMessage
 	}
@@ -487,6 +506,7 @@ func (p *taskPoller) deliver(ctx context.Context, answer *agent.QuestionAnswer) 
 	}
 	now := time.Now()
 	asked.AnsweredAt = &now
+	asked.Declined = answer.Resolution == agent.QuestionDeclined
 	return true, agent.StillRunning(time.Second, asked.encode())
 }
 
@@ -496,6 +516,7 @@ func (p *taskPoller) deliver(ctx context.Context, answer *agent.QuestionAnswer) 
 // idempotent write calls the tool again.
 func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, t *Task) (string, error) {
 	wait := orDuration(server.TaskWaitTimeout, DefaultTaskWaitTimeout)
+	requestTimeout := orDuration(server.ConnectionTimeout, DefaultConnectionTimeout)
 	deadline := time.Now().Add(wait)
 	interval := time.Duration(0)
 	status := t.Status
@@ -508,23 +529,26 @@ func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call ag
 		case taskInputRequired:
 			// The process ends with the request, so no answer could reach
 			// the task later.
-			_ = cancelTask(ctx, cs, t.TaskID)
+			cancelBounded(ctx, cs, t.TaskID, requestTimeout)
 			return "", agent.Failed("%s (%s)", inputRequestPrefix, describeTaskRequests(t))
 		}
-		interval = nextPollInterval(interval, t)
-		if time.Now().Add(interval).After(deadline) {
-			_ = cancelTask(ctx, cs, t.TaskID)
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			cancelBounded(ctx, cs, t.TaskID, requestTimeout)
 			return "", &CallInterruptedError{Tool: tool, Cause: fmt.Errorf("task %s still ran after %s", t.TaskID, wait)}
 		}
+		interval = nextPollInterval(interval, t)
 		select {
-		case <-time.After(interval):
+		case <-time.After(min(interval, remaining)):
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
 		if call.Heartbeat != nil {
 			call.Heartbeat()
 		}
-		next, err := getTask(ctx, cs, t.TaskID)
+		getCtx, cancel := context.WithTimeout(ctx, requestTimeout)
+		next, err := getTask(getCtx, cs, t.TaskID)
+		cancel()
 		if err != nil {
 			return "", &CallInterruptedError{Tool: tool, Cause: fmt.Errorf("polling task %s: %w", t.TaskID, err)}
 		}
@@ -539,9 +563,19 @@ func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call ag
 	}
 }
 
-// taskTransport lets the SDK carry a task handle: a tools/call answer with
-// resultType "task" reaches the call as a result whose _meta holds the
-// handle.
+// cancelBounded sends tasks/cancel, best effort, within the request
+// timeout.
+func cancelBounded(ctx context.Context, cs *mcp.ClientSession, id string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_ = cancelTask(ctx, cs, id)
+}
+
+// taskTransport lets the SDK carry a task handle over a transport other
+// than Streamable HTTP: a tools/call answer with resultType "task" reaches
+// the call as a result whose _meta holds the handle. Streamable HTTP
+// rewrites response bodies instead (withTaskHandles), because the SDK's
+// HTTP connection must not be wrapped.
 type taskTransport struct{ mcp.Transport }
 
 func (t taskTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -586,6 +620,102 @@ func wrapTaskResult(raw json.RawMessage) json.RawMessage {
 	}
 	return wrapped
 }
+
+// wrapTaskMessage rewrites the result of one JSON-RPC message, or of each
+// message of a batch.
+func wrapTaskMessage(raw []byte) []byte {
+	if !bytes.Contains(raw, []byte(`"task"`)) {
+		return raw
+	}
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var batch []json.RawMessage
+		if json.Unmarshal(trimmed, &batch) != nil {
+			return raw
+		}
+		for i, m := range batch {
+			batch[i] = wrapTaskMessage(m)
+		}
+		out, err := json.Marshal(batch)
+		if err != nil {
+			return raw
+		}
+		return out
+	}
+	var msg map[string]json.RawMessage
+	if json.Unmarshal(trimmed, &msg) != nil {
+		return raw
+	}
+	result, ok := msg["result"]
+	if !ok {
+		return raw
+	}
+	msg["result"] = wrapTaskResult(result)
+	out, err := json.Marshal(msg)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// withTaskHandles rewrites task handles in a Streamable HTTP response: a
+// JSON body at once, an event stream line by line as it arrives.
+func withTaskHandles(resp *http.Response) *http.Response {
+	media := strings.TrimSpace(strings.Split(resp.Header.Get("Content-Type"), ";")[0])
+	switch media {
+	case "application/json":
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			resp.Body = io.NopCloser(errReader{err})
+			return resp
+		}
+		body = wrapTaskMessage(body)
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		resp.Header.Del("Content-Length")
+	case "text/event-stream":
+		resp.Body = &eventRewriter{in: bufio.NewReader(resp.Body), body: resp.Body}
+	}
+	return resp
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// eventRewriter rewrites the data lines of an event stream.
+type eventRewriter struct {
+	in      *bufio.Reader
+	body    io.Closer
+	pending []byte
+}
+
+func (r *eventRewriter) Read(p []byte) (int, error) {
+	for len(r.pending) == 0 {
+		line, err := r.in.ReadBytes('\n')
+		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			data = bytes.TrimPrefix(data, []byte(" "))
+			end := len(data)
+			for end > 0 && (data[end-1] == '\n' || data[end-1] == '\r') {
+				end--
+			}
+			line = append(append([]byte("data: "), wrapTaskMessage(data[:end])...), data[end:]...)
+		}
+		r.pending = line
+		if err != nil {
+			if len(r.pending) == 0 {
+				return 0, err
+			}
+			break
+		}
+	}
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	return n, nil
+}
+
+func (r *eventRewriter) Close() error { return r.body.Close() }
 
 // taskHeaders sets Mcp-Name to the task ID on tasks/* requests over
 // Streamable HTTP, as the extension asks.

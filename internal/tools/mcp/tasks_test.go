@@ -1,13 +1,18 @@
 package mcp
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -137,6 +142,7 @@ func TestTasksThatFailAreCancelledOrAreLost(t *testing.T) {
 	}{
 		{"jobs__failing_report", agent.EffectRead, isFailed, "failed: MCP error -32603: renderer crashed"},
 		{"jobs__cancelled_report", agent.EffectRead, isFailed, "cancelled"},
+		{"jobs__uncertain_report", agent.EffectIdempotentWrite, isUnknown, "failed: MCP error -32603: the printer did not answer"},
 		{"jobs__lost_report", agent.EffectIdempotentWrite, isUnknown, "no longer knows task"},
 		{"jobs__lost_report", agent.EffectRead, isFailed, "no longer knows task"},
 	}
@@ -225,6 +231,7 @@ func TestAnInputRequestBecomesAQuestionAndItsAnswerReachesTheTask(t *testing.T) 
 func TestADeclinedQuestionCancelsTheTask(t *testing.T) {
 	src, ts := taskSource(t, PollInSession)
 	poll, sc := taskCall(t, src, "jobs__approval_report", agent.EffectRead)
+	write, writeCall := taskCall(t, src, "jobs__approval_report", agent.EffectIdempotentWrite)
 	if _, err := pollOnce(t, src, &poll, sc); err == nil {
 		t.Fatal("no question")
 	}
@@ -238,6 +245,18 @@ func TestADeclinedQuestionCancelsTheTask(t *testing.T) {
 	}
 	if !slices.Contains(ts.Log(), "update "+poll.TaskID+" publish-1 decline null") {
 		t.Errorf("the server got %v", ts.Log())
+	}
+	// A write whose task is cancelled after a decline may have run.
+	if _, err := pollOnce(t, src, &write, writeCall); err == nil {
+		t.Fatal("no question")
+	}
+	write.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionDeclined}
+	if _, err := pollOnce(t, src, &write, writeCall); !isPending(err) {
+		t.Fatalf("the delivery poll = %v", err)
+	}
+	write.PendingAnswer = nil
+	if _, err := pollOnce(t, src, &write, writeCall); !isUnknown(err) {
+		t.Errorf("a write after the decline = %v, want outcome unknown", err)
 	}
 }
 
@@ -287,14 +306,23 @@ func TestATaskPolledInsideTheCall(t *testing.T) {
 	if _, err := run("jobs__lost_report", time.Minute); !errors.As(err, &interrupted) {
 		t.Errorf("a task the server lost = %v, want an interruption", err)
 	}
+	// A server interval past the wait still gets one poll at its end.
+	ts.SetPollInterval(time.Minute)
+	if _, err := run("jobs__slow_report", time.Second); !errors.As(err, &interrupted) {
+		t.Errorf("a long interval past the wait = %v, want an interruption", err)
+	}
+	last := ts.Log()
+	if n := len(last); n < 3 || !strings.HasPrefix(last[n-2], "get ") || !strings.HasPrefix(last[n-1], "cancel ") {
+		t.Errorf("the server got %v, want a poll at the end of the wait before the cancel", last)
+	}
 	cancels := 0
 	for _, line := range ts.Log() {
 		if strings.HasPrefix(line, "cancel ") {
 			cancels++
 		}
 	}
-	if cancels != 2 {
-		t.Errorf("the server got %d cancels, want one for the input request and one past the wait: %v", cancels, ts.Log())
+	if cancels != 3 {
+		t.Errorf("the server got %d cancels, want one for the input request and one for each wait that passed: %v", cancels, ts.Log())
 	}
 }
 
@@ -325,5 +353,33 @@ func TestARequestStillListedRightAfterItsAnswerReadsAsWorking(t *testing.T) {
 	}
 	if !slices.Contains(ts.Log(), "update "+poll.TaskID+` approve-1 accept {"approve":false}`) {
 		t.Errorf("the server got %v", ts.Log())
+	}
+}
+
+func TestTaskHandlesInEventStreamsAndBatches(t *testing.T) {
+	handle := `{"jsonrpc":"2.0","id":3,"result":{"resultType":"task","taskId":"t-9","status":"working","pollIntervalMs":2000}}`
+	stream := "event: message\ndata: " + handle + "\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[]}}\n\n"
+	body := &eventRewriter{in: bufio.NewReader(strings.NewReader(stream)), body: io.NopCloser(nil)}
+	out, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(out), "\n")
+	if len(lines) != 7 || lines[0] != "event: message" || !strings.HasPrefix(lines[1], "data: ") || lines[4] != `data: {"jsonrpc":"2.0","id":4,"result":{"content":[]}}` {
+		t.Fatalf("rewritten stream = %q", out)
+	}
+	var msg struct {
+		Result mcpsdk.CallToolResult `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[1], "data: ")), &msg); err != nil {
+		t.Fatal(err)
+	}
+	task, ok := createdTask(&msg.Result)
+	if !ok || task.TaskID != "t-9" || task.Status != "working" || *task.PollIntervalMs != 2000 {
+		t.Errorf("task = %+v, %v", task, ok)
+	}
+	batch := wrapTaskMessage([]byte("[" + handle + "]"))
+	if !strings.Contains(string(batch), taskResultMetaKey) {
+		t.Errorf("batch = %s", batch)
 	}
 }

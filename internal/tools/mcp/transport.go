@@ -1,7 +1,10 @@
 package mcp
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +30,9 @@ const stdioStopWait = 500 * time.Millisecond
 func StdioConnect(command string, args []string, env func() ([]string, error)) func() (mcp.Transport, error) {
 	return func() (mcp.Transport, error) {
 		cmd := exec.Command(command, args...)
+		// Never nil: a nil Env would hand the process the whole
+		// environment.
+		cmd.Env = []string{}
 		for _, name := range stdioEnvironment {
 			if v, ok := os.LookupEnv(name); ok {
 				cmd.Env = append(cmd.Env, name+"="+v)
@@ -81,5 +87,38 @@ func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= http.StatusInternalServerError {
+		return serverFailure(resp)
+	}
+	return withTaskHandles(resp), nil
+}
+
+// serverFailure turns an HTTP error status from the server or a gateway
+// into a transport error, so a call is read as interrupted whatever JSON-RPC
+// error the body holds: the server may have run it. A JSON-RPC body with
+// the Dex outcome key is the server's own answer about the call: it goes
+// on as an answer, since the SDK drops the bodies of these statuses.
+func serverFailure(resp *http.Response) (*http.Response, error) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	_ = resp.Body.Close()
+	if err == nil && bytes.Contains(body, []byte(OutcomeMetaKey)) {
+		var msg struct {
+			Error *struct {
+				Code int64 `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(body, &msg) == nil && msg.Error != nil {
+			resp.StatusCode, resp.Status = http.StatusOK, "200 OK"
+			resp.Header.Set("Content-Type", "application/json")
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = int64(len(body))
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			return resp, nil
+		}
+	}
+	return nil, fmt.Errorf("the MCP server answered HTTP %d", resp.StatusCode)
 }

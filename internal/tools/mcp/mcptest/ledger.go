@@ -207,11 +207,22 @@ func (l *Ledger) server() *mcp.Server {
 		}}, nil
 	})
 	add("broken", &mcp.ToolAnnotations{ReadOnlyHint: true}, nil, write("broken"))
+	add("gateway", &mcp.ToolAnnotations{ReadOnlyHint: true}, nil, write("gateway"))
+	add("gateway_uncertain", nil, nil, write("gateway_uncertain"))
+	add("paged", &mcp.ToolAnnotations{ReadOnlyHint: true}, nil, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		// A state-only answer: the client must repeat the call with the
+		// state it hands back.
+		if req.Params.RequestState != "step-2" {
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{}, RequestState: "step-2"}, nil
+		}
+		return &mcp.CallToolResult{Content: text("done after step-2")}, nil
+	})
 	return s
 }
 
 // breakStreams cuts the connection of every tools/call of the "broken"
-// tool after reading it, as a crashed gateway or server would.
+// tool after reading it, as a crashed gateway or server would, and answers
+// the "gateway" tools with HTTP error statuses.
 func breakStreams(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -225,10 +236,23 @@ func breakStreams(next http.Handler) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var msg struct {
-			Method string `json:"method"`
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
 			Params struct {
 				Name string `json:"name"`
 			} `json:"params"`
+		}
+		if json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && msg.Params.Name == "gateway" {
+			// A gateway's failure after the server may have run the call.
+			http.Error(w, `{"jsonrpc":"2.0","id":`+string(msg.ID)+`,"error":{"code":-32000,"message":"upstream timed out"}}`, http.StatusBadGateway)
+			return
+		}
+		if json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && msg.Params.Name == "gateway_uncertain" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(msg.ID) + `,"error":{"code":-32603,"message":"the ledger did not answer",` +
+				`"data":{"_meta":{"` + outcomeKey + `":"unknown"}}}}`))
+			return
 		}
 		if json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && msg.Params.Name == "broken" {
 			if hj, ok := w.(http.Hijacker); ok {

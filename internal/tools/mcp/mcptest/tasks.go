@@ -28,6 +28,7 @@ const handleKey = "stepwise.test/task"
 //
 //   - report (read): completes on its second poll;
 //   - failing_report: fails with a JSON-RPC error;
+//   - uncertain_report: fails with the Dex outcome key "unknown";
 //   - cancelled_report: ends cancelled;
 //   - lost_report (idempotent write): the server forgets it;
 //   - approval_report: asks "Publish the report?" (a boolean), then
@@ -125,6 +126,7 @@ func (s *TaskServer) Server() *mcp.Server {
 	}
 	add("report", &mcp.ToolAnnotations{ReadOnlyHint: true})
 	add("failing_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
+	add("uncertain_report", &mcp.ToolAnnotations{IdempotentHint: true})
 	add("cancelled_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
 	add("lost_report", &mcp.ToolAnnotations{IdempotentHint: true})
 	add("approval_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
@@ -263,6 +265,9 @@ func (s *TaskServer) get(id string) (*taskState, error) {
 	case "failing_report":
 		t.status, t.message = "failed", "the renderer crashed"
 		t.err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "renderer crashed"}
+	case "uncertain_report":
+		data, _ := json.Marshal(map[string]any{"_meta": map[string]any{"io.superdurable.dex/outcome": "unknown"}})
+		t.status, t.err = "failed", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the printer did not answer", Data: data}
 	case "cancelled_report":
 		t.status = "cancelled"
 	case "lost_report":
