@@ -309,3 +309,19 @@ func TestResourceAndPromptToolsReadAServer(t *testing.T) {
 		t.Errorf("an unconfigured server: %v", err)
 	}
 }
+
+func TestACallPastItsRequestTimeoutIsInterrupted(t *testing.T) {
+	src, ledger := ledgerSource(t, true)
+	tools := listed(t, src, agent.SourcePolicies{})
+	src.servers[0].RequestTimeout = 200 * time.Millisecond
+	ledger.Hold("set_limit")
+	defer ledger.Release("set_limit")
+	_, err := call(t, src, tools, "ledger__set_limit", nil)
+	var interrupted *CallInterruptedError
+	if !errors.As(err, &interrupted) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want an interruption past the request timeout", err)
+	}
+	if calls := ledger.CallsOf("set_limit"); len(calls) != 1 {
+		t.Errorf("calls = %+v, want the one that was sent", calls)
+	}
+}
