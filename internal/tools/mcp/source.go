@@ -37,7 +37,9 @@ type SourceOptions struct {
 	// ResourceAndPromptTools offers the three resource and prompt tools;
 	// enable them on one source of an agent.
 	ResourceAndPromptTools bool
-	Log                    *slog.Logger
+	// Log gets the source's warnings: servers that cannot be listed, name
+	// clashes, declarations it ignores.
+	Log *slog.Logger
 }
 
 // NewSource returns a source, refusing servers without a unique name or a

@@ -238,7 +238,7 @@ func (s *Source) PollSourceTask(ctx context.Context, poll agent.TaskPoll, tool a
 	defer func() { _ = cs.Close() }()
 	state.Unreachable = 0
 	p := &taskPoller{cs: cs, server: server, poll: poll, tool: tool, state: state}
-	return p.poll1(ctx)
+	return p.once(ctx)
 }
 
 // CancelSourceTask sends tasks/cancel; any answer from the server ends the
@@ -288,7 +288,9 @@ type taskPoller struct {
 	state  taskState
 }
 
-func (p *taskPoller) poll1(ctx context.Context) (string, error) {
+// once polls the task: it first delivers a pending answer, then reads the
+// task and maps its status.
+func (p *taskPoller) once(ctx context.Context) (string, error) {
 	reqCtx, cancel := context.WithTimeout(ctx, orDuration(p.server.ConnectionTimeout, DefaultConnectionTimeout))
 	defer cancel()
 	if answer := p.poll.PendingAnswer; answer != nil {
