@@ -53,13 +53,17 @@ type Ledger struct {
 
 // NewLedger serves a ledger until the test ends.
 func NewLedger(t testing.TB) *Ledger {
-	l := &Ledger{fence: map[string]string{}, holds: map[string]chan struct{}{}, reached: map[string]chan struct{}{}}
-	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return l.server() },
+	l := newLedger()
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return l.Server() },
 		&mcp.StreamableHTTPOptions{Stateless: true})
 	srv := httptest.NewServer(breakStreams(handler))
 	t.Cleanup(srv.Close)
 	l.URL = srv.URL
 	return l
+}
+
+func newLedger() *Ledger {
+	return &Ledger{fence: map[string]string{}, holds: map[string]chan struct{}{}, reached: map[string]chan struct{}{}}
 }
 
 // Calls returns every call the ledger received, in order.
@@ -139,7 +143,8 @@ var objectSchema = map[string]any{"type": "object", "properties": map[string]any
 	"note": map[string]any{"type": "string"}, "amount": map[string]any{"type": "integer"},
 }}
 
-func (l *Ledger) server() *mcp.Server {
+// Server returns an MCP server over the ledger's state.
+func (l *Ledger) Server() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "ledger", Version: "1"}, nil)
 	add := func(name string, annotations *mcp.ToolAnnotations, meta mcp.Meta, h mcp.ToolHandler) {
 		s.AddTool(&mcp.Tool{Name: name, Description: "Ledger tool " + name + ".", InputSchema: objectSchema,
