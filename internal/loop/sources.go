@@ -68,19 +68,30 @@ func (r *Runner) listSources(ctx context.Context, turn session.TurnContext) ([]s
 	}
 	lists := make([][]agent.SourceTool, len(r.def.ToolSources))
 	answered := make([]bool, len(r.def.ToolSources))
+	take := func(l listing) {
+		answered[l.i] = true
+		if l.err != nil {
+			slog.Warn("a tool source could not be listed; it offers no tools in this model call",
+				"source", r.def.ToolSources[l.i].SourceName(), "error", l.err)
+			return
+		}
+		lists[l.i] = l.tools
+	}
 collect:
 	for range r.def.ToolSources {
 		select {
 		case l := <-answers:
-			answered[l.i] = true
-			if l.err != nil {
-				slog.Warn("a tool source could not be listed; it offers no tools in this model call",
-					"source", r.def.ToolSources[l.i].SourceName(), "error", l.err)
-				continue
-			}
-			lists[l.i] = l.tools
+			take(l)
 		case <-listCtx.Done():
-			break collect
+			// Answers that arrived with the deadline still count.
+			for {
+				select {
+				case l := <-answers:
+					take(l)
+				default:
+					break collect
+				}
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {

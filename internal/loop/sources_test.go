@@ -3,6 +3,8 @@ package loop
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tools/mcp"
+	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -224,5 +228,34 @@ func TestASourceThatIgnoresItsContextCannotHoldTheModelCall(t *testing.T) {
 	}
 	if !slices.Equal(offered, []string{"files__read"}) {
 		t.Errorf("offered %v, want the source that answered", offered)
+	}
+}
+
+// A source of two MCP servers, one of which never answers its first
+// listing: the other's tools still reach the model call.
+func TestASlowMCPServerDoesNotHideItsSourcesOtherServer(t *testing.T) {
+	block := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block }))
+	defer slow.Close()
+	defer close(block)
+	ledger := mcptest.NewLedger(t)
+	src, err := mcp.NewSource(mcp.SourceOptions{Name: "mixed", Servers: []mcp.Server{
+		{Name: "slow", Connect: mcp.HTTPConnect(slow.URL, nil)},
+		{Name: "fast", TrustAnnotations: true, Connect: mcp.HTTPConnect(ledger.URL, nil)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offered []string
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		offered = toolNames(req.Tools)
+		return agent.ScriptedReply{Text: "done"}, nil
+	})
+	r := newRunner(t, agent.Definition{Model: model, ToolSources: []agent.ToolSource{src}, ToolSourceListingTimeout: time.Second})
+	if _, err := r.RunModelStep(context.Background(), userTurn("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(offered, "fast__balance") || slices.ContainsFunc(offered, func(n string) bool { return strings.HasPrefix(n, "slow__") }) {
+		t.Errorf("offered %v, want the fast server's tools", offered)
 	}
 }

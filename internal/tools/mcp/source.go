@@ -87,6 +87,14 @@ type reference struct {
 // ListTools offers every server's cached tools with their policies, then
 // the resource and prompt tools when enabled.
 func (s *Source) ListTools(ctx context.Context, policies agent.SourcePolicies) ([]agent.SourceTool, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		// Stop waiting for slow servers a little before the caller does,
+		// so the others' tools reach it in time.
+		margin := min(time.Until(deadline)/10, 500*time.Millisecond)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-margin))
+		defer cancel()
+	}
 	var out []agent.SourceTool
 	for _, t := range s.catalog.Tools(ctx) {
 		server, _ := s.server(t.Server)

@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -437,7 +439,7 @@ func describeTaskRequests(t *Task) string {
 func (p *taskPoller) inputRequired(ctx context.Context, t *Task) (string, error) {
 	q, fits := fittingQuestion(t)
 	if !fits {
-		_ = cancelTask(ctx, p.cs, t.TaskID)
+		cancelBounded(ctx, p.cs, t.TaskID, orDuration(p.server.ConnectionTimeout, DefaultConnectionTimeout))
 		return "", agent.Failed("%s (%s)", inputRequestPrefix, describeTaskRequests(t))
 	}
 	if at := p.state.AnsweredAt; at != nil && q.key == p.state.Key && q.fingerprint == p.state.Fingerprint &&
@@ -500,7 +502,8 @@ func (p *taskPoller) deliver(ctx context.Context, answer *agent.QuestionAnswer) 
 	})
 	if err != nil && answer.Resolution == agent.QuestionDeclined {
 		// A decline the task did not take: cancel it and end the call.
-		_ = cancelTask(ctx, p.cs, p.poll.TaskID)
+		// The request budget may be spent: the cancel gets its own.
+		cancelBounded(context.WithoutCancel(ctx), p.cs, p.poll.TaskID, orDuration(p.server.ConnectionTimeout, DefaultConnectionTimeout))
 		return true, lostTask(p.poll.Effect, fmt.Sprintf("MCP task %s did not take the declined answer: %v", p.poll.TaskID, err))
 	}
 	if err != nil {
@@ -661,9 +664,9 @@ func wrapTaskMessage(raw []byte) []byte {
 }
 
 // withTaskHandles rewrites task handles in a Streamable HTTP response: a
-// JSON body at once, an event stream line by line as it arrives.
+// JSON body at once, an event stream event by event as it arrives.
 func withTaskHandles(resp *http.Response) *http.Response {
-	media := strings.TrimSpace(strings.Split(resp.Header.Get("Content-Type"), ";")[0])
+	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
 		body, err := io.ReadAll(resp.Body)
@@ -686,35 +689,87 @@ type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
-// eventRewriter rewrites the data lines of an event stream.
+// maxEventSize bounds one event of a stream, as the SDK's own reader does.
+const maxEventSize = mcp.DefaultMaxEventSize
+
+// eventRewriter rewrites the data of each event of a stream. An event's
+// data lines are joined, as a reader of the stream joins them, and a task
+// handle among them goes out as one data line; other lines pass as they
+// came.
 type eventRewriter struct {
 	in      *bufio.Reader
 	body    io.Closer
+	data    [][]byte // the data lines of the event being read
+	size    int
 	pending []byte
+	err     error
 }
 
 func (r *eventRewriter) Read(p []byte) (int, error) {
 	for len(r.pending) == 0 {
-		line, err := r.in.ReadBytes('\n')
-		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			data = bytes.TrimPrefix(data, []byte(" "))
-			end := len(data)
-			for end > 0 && (data[end-1] == '\n' || data[end-1] == '\r') {
-				end--
-			}
-			line = append(append([]byte("data: "), wrapTaskMessage(data[:end])...), data[end:]...)
+		if r.err != nil {
+			return 0, r.err
 		}
-		r.pending = line
+		line, err := r.readLine()
 		if err != nil {
-			if len(r.pending) == 0 {
-				return 0, err
+			// The stream ended: what there is of the event goes out as is.
+			r.pending = append(r.flush(false), line...)
+			r.err = err
+			continue
+		}
+		trimmed := bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(trimmed) == 0:
+			r.pending = append(r.flush(true), line...)
+		case bytes.HasPrefix(trimmed, []byte("data:")):
+			value := bytes.TrimPrefix(bytes.TrimPrefix(trimmed, []byte("data:")), []byte(" "))
+			r.size += len(value)
+			if r.size > maxEventSize {
+				r.err = fmt.Errorf("an event of the MCP stream is over %d bytes", maxEventSize)
+				continue
 			}
-			break
+			r.data = append(r.data, append([]byte(nil), value...))
+		default:
+			r.pending = line
 		}
 	}
 	n := copy(p, r.pending)
 	r.pending = r.pending[n:]
 	return n, nil
+}
+
+// flush writes out the event's data: one line holding a rewritten task
+// handle, or the lines as they came.
+func (r *eventRewriter) flush(complete bool) []byte {
+	if len(r.data) == 0 {
+		return nil
+	}
+	joined := bytes.Join(r.data, []byte("\n"))
+	var out []byte
+	if rewritten := wrapTaskMessage(joined); complete && !bytes.Equal(rewritten, joined) {
+		out = append(append([]byte("data: "), rewritten...), '\n')
+	} else {
+		for _, d := range r.data {
+			out = append(append(append(out, "data: "...), d...), '\n')
+		}
+	}
+	r.data, r.size = nil, 0
+	return out
+}
+
+// readLine reads one line, refusing one longer than an event may be.
+func (r *eventRewriter) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.in.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxEventSize {
+			return nil, fmt.Errorf("a line of the MCP stream is over %d bytes", maxEventSize)
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
 }
 
 func (r *eventRewriter) Close() error { return r.body.Close() }
@@ -726,10 +781,10 @@ func taskHeaders(req *http.Request) (*http.Request, error) {
 		return req, nil
 	}
 	body, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
 	if err != nil {
 		return nil, err
 	}
-	_ = req.Body.Close()
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	if !bytes.Contains(body, []byte(`"tasks/`)) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -381,5 +382,62 @@ func TestTaskHandlesInEventStreamsAndBatches(t *testing.T) {
 	batch := wrapTaskMessage([]byte("[" + handle + "]"))
 	if !strings.Contains(string(batch), taskResultMetaKey) {
 		t.Errorf("batch = %s", batch)
+	}
+}
+
+func TestATaskHandleSplitOverDataLinesIsRewritten(t *testing.T) {
+	stream := "event: message\r\nid: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata: \"result\":{\"resultType\":\"task\",\"taskId\":\"t-1\",\"status\":\"working\"}}\r\n\r\n"
+	resp := &http.Response{Header: http.Header{"Content-Type": {"Text/Event-Stream; charset=utf-8"}},
+		Body: io.NopCloser(strings.NewReader(stream))}
+	rewritten := withTaskHandles(resp)
+	defer func() { _ = rewritten.Body.Close() }()
+	out, err := io.ReadAll(rewritten.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(out), "\n")
+	if len(lines) != 5 || lines[0] != "event: message\r" || lines[1] != "id: 7\r" || !strings.HasPrefix(lines[2], "data: {") || lines[3] != "\r" {
+		t.Fatalf("rewritten stream = %q", out)
+	}
+	var msg struct {
+		Result mcpsdk.CallToolResult `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[2], "data: ")), &msg); err != nil {
+		t.Fatal(err)
+	}
+	if task, ok := createdTask(&msg.Result); !ok || task.TaskID != "t-1" {
+		t.Errorf("task = %+v, %v", task, ok)
+	}
+	// An event without a handle keeps its lines.
+	plain := "data: {\"a\":\ndata: 1}\n\n"
+	again := withTaskHandles(&http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(strings.NewReader(plain))})
+	defer func() { _ = again.Body.Close() }()
+	out, _ = io.ReadAll(again.Body)
+	if string(out) != plain {
+		t.Errorf("a plain event became %q", out)
+	}
+}
+
+func TestAnHTTPErrorStatusIsTheServersAnswerOnlyWithAnOutcome(t *testing.T) {
+	respond := func(status int, body string) error {
+		resp, err := serverFailure(&http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))})
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+	if err := respond(500, `{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"x","data":{"_meta":{"`+OutcomeMetaKey+`":"unknown"}}}}`); err != nil {
+		t.Errorf("an outcome in the body: %v, want it passed on", err)
+	}
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"x","data":{"_meta":{"` + OutcomeMetaKey + `":"later"}}}}`,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"x","data":{"_meta":{"` + OutcomeMetaKey + `":"unknown"}}}}`,
+		`{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"` + OutcomeMetaKey + `"}}`,
+		`<html>bad gateway</html>`,
+	} {
+		if err := respond(502, body); err == nil || !strings.Contains(err.Error(), "HTTP 502") {
+			t.Errorf("body %s: %v, want a transport error", body, err)
+		}
 	}
 }

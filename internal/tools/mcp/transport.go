@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -107,11 +108,11 @@ func serverFailure(resp *http.Response) (*http.Response, error) {
 	_ = resp.Body.Close()
 	if err == nil && bytes.Contains(body, []byte(OutcomeMetaKey)) {
 		var msg struct {
-			Error *struct {
-				Code int64 `json:"code"`
-			} `json:"error"`
+			ID    json.RawMessage `json:"id"`
+			Error *jsonrpc.Error  `json:"error"`
 		}
-		if json.Unmarshal(body, &msg) == nil && msg.Error != nil {
+		if json.Unmarshal(body, &msg) == nil && msg.Error != nil && len(msg.ID) > 0 && string(msg.ID) != "null" &&
+			outcome(errorMeta(msg.Error)) != "" {
 			resp.StatusCode, resp.Status = http.StatusOK, "200 OK"
 			resp.Header.Set("Content-Type", "application/json")
 			resp.Header.Del("Content-Length")
