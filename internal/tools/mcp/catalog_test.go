@@ -164,10 +164,16 @@ func TestTheFirstToolOfAClashingNameWins(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	waitWithin(t, 5*time.Second, cond)
+}
+
+// waitWithin waits for cond, failing the test after limit.
+func waitWithin(t *testing.T, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("the condition did not hold within 5s")
+			t.Fatalf("the condition did not hold within %s", limit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

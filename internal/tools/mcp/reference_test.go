@@ -60,7 +60,8 @@ func httpEverything(t *testing.T) *Source {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	address := fmt.Sprintf("127.0.0.1:%d", port)
-	waitFor(t, func() bool {
+	// Node takes a while to start on a loaded machine.
+	waitWithin(t, time.Minute, func() bool {
 		c, err := net.Dial("tcp", address)
 		if err == nil {
 			_ = c.Close()
