@@ -87,15 +87,7 @@ func TestAWorkerKilledWhileASessionWaitsForApprovalIsReplacedAndTheCallRunsOnce(
 	if ok, err := sessions.Start(ctx, "s1", "tools: write_approved"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
-	var interrupt string
-	Eventually(t, waitLong, "an approval", func() (bool, error) {
-		snap, err := sessions.Snapshot(ctx, "s1")
-		if err != nil || len(snap.PendingInterrupts) == 0 {
-			return false, err
-		}
-		interrupt = snap.PendingInterrupts[0].ID
-		return true, nil
-	})
+	interrupt := firstInterrupt(t, sessions, "s1").ID
 	Eventually(t, waitLong, "the session to be found waiting for approval", func() (bool, error) {
 		found, err := client.Waiting(ctx, s.Client, "default", client.StepAwaitToolApproval)
 		for _, w := range found {
@@ -193,6 +185,22 @@ func TestTwoToolCallsOfOneResponseRunAtTheSameTime(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// firstInterrupt waits until a session has a pending interrupt and returns
+// the first.
+func firstInterrupt(t *testing.T, sessions *client.Sessions, id string) session.Interrupt {
+	t.Helper()
+	var found session.Interrupt
+	Eventually(t, waitLong, "an interrupt of "+id, func() (bool, error) {
+		snap, err := sessions.Snapshot(context.Background(), id)
+		if err != nil || len(snap.PendingInterrupts) == 0 {
+			return false, err
+		}
+		found = snap.PendingInterrupts[0]
+		return true, nil
+	})
+	return found
+}
 
 // stopAtGate arms a tool's gate, starts a worker and a session "s1" that
 // calls the tool, and returns once the worker stopped at the gate.

@@ -23,14 +23,20 @@ func ledgerStack(t *testing.T, flowType string) (*Stack, *mcptest.Ledger) {
 	t.Helper()
 	s := NewStack(t, flowType)
 	ledger := mcptest.NewLedger(t)
-	s.Config.ToolSources = []workerconfig.ToolSource{{
-		SourceName: "ledger", TrustToolAnnotations: true,
+	s.Config.ToolSources = []workerconfig.ToolSource{httpToolSource("ledger", ledger.URL)}
+	return s, ledger
+}
+
+// httpToolSource is a trusted Streamable HTTP tool source, as the operator
+// renders one.
+func httpToolSource(name, url string) workerconfig.ToolSource {
+	return workerconfig.ToolSource{
+		SourceName: name, TrustToolAnnotations: true,
 		ListingTTL:        metav1.Duration{Duration: time.Minute},
 		ConnectionTimeout: metav1.Duration{Duration: 5 * time.Second},
 		RequestTimeout:    metav1.Duration{Duration: time.Minute},
-		StreamableHTTP:    &workerconfig.StreamableHTTP{URL: ledger.URL},
-	}}
-	return s, ledger
+		StreamableHTTP:    &workerconfig.StreamableHTTP{URL: url},
+	}
 }
 
 // A worker is killed while one response's MCP calls of every effect class
@@ -52,15 +58,7 @@ func TestAWorkerKilledDuringMCPCallsOfEachEffectClassFollowsTheReissueRules(t *t
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
 	// The unclassified note asks for approval by default.
-	var interrupt string
-	Eventually(t, waitLong, "the note's approval", func() (bool, error) {
-		snap, err := sessions.Snapshot(ctx, "s1")
-		if err != nil || len(snap.PendingInterrupts) == 0 {
-			return false, err
-		}
-		interrupt = snap.PendingInterrupts[0].ID
-		return true, nil
-	})
+	interrupt := firstInterrupt(t, sessions, "s1").ID
 	if interrupt != "c4" {
 		t.Fatalf("the interrupt is %s, want the note's (c4) alone", interrupt)
 	}
@@ -176,12 +174,7 @@ func taskStack(t *testing.T, flowType string) (*Stack, *mcptest.TaskServer) {
 	s := NewStack(t, flowType)
 	ts := mcptest.NewTaskServer(t)
 	ts.SetPollInterval(time.Second)
-	s.Config.ToolSources = []workerconfig.ToolSource{{
-		SourceName: "jobs", TrustToolAnnotations: true,
-		ConnectionTimeout: metav1.Duration{Duration: 5 * time.Second},
-		RequestTimeout:    metav1.Duration{Duration: time.Minute},
-		StreamableHTTP:    &workerconfig.StreamableHTTP{URL: ts.URL},
-	}}
+	s.Config.ToolSources = []workerconfig.ToolSource{httpToolSource("jobs", ts.URL)}
 	return s, ts
 }
 
@@ -197,15 +190,7 @@ func TestAnMCPTaskAsksTheUserAndCompletes(t *testing.T) {
 	if ok, err := sessions.Start(ctx, "s1", "tools: jobs__approval_report"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
-	var question session.Interrupt
-	Eventually(t, waitLong, "the task's question", func() (bool, error) {
-		snap, err := sessions.Snapshot(ctx, "s1")
-		if err != nil || len(snap.PendingInterrupts) == 0 {
-			return false, err
-		}
-		question = snap.PendingInterrupts[0]
-		return true, nil
-	})
+	question := firstInterrupt(t, sessions, "s1")
 	if question.ID != "c1-input-1" || question.Question == nil || question.Question.Text != "Publish the report?" ||
 		strings.Join(question.Question.Choices, ",") != "yes,no" {
 		t.Fatalf("the question = %+v", question)

@@ -42,18 +42,7 @@ func TestRecordHistories(t *testing.T) {
 	sessions := client.New(s.Client, s.FlowType, "")
 	ctx := context.Background()
 	first := s.StartWorker()
-	interrupt := func(id string) string {
-		var found string
-		Eventually(t, waitLong, "an interrupt of "+id, func() (bool, error) {
-			snap, err := sessions.Snapshot(ctx, id)
-			if err != nil || len(snap.PendingInterrupts) == 0 {
-				return false, err
-			}
-			found = snap.PendingInterrupts[0].ID
-			return true, nil
-		})
-		return found
-	}
+	interrupt := func(id string) string { return firstInterrupt(t, sessions, id).ID }
 	must := func(ok bool, err error) {
 		t.Helper()
 		if !ok || err != nil {

@@ -126,10 +126,9 @@ func startedTask(ctx context.Context, cs *mcp.ClientSession, server Server, call
 // connectAttempts connects for a request, up to ConnectionAttempts times;
 // a request that never connected was never sent.
 func connectAttempts(ctx context.Context, server Server, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
-	timeout := orDuration(server.ConnectionTimeout, DefaultConnectionTimeout)
 	var last error
 	for attempt := 1; attempt <= ConnectionAttempts; attempt++ {
-		cs, err := connect(ctx, server, timeout, opts)
+		cs, err := connect(ctx, server, opts)
 		if err == nil {
 			return cs, nil
 		}

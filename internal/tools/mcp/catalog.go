@@ -196,8 +196,8 @@ func (c *Catalog) startListing(s Server, e *entry) chan struct{} {
 
 // ListServer lists every tool of one server over a new connection.
 func ListServer(ctx context.Context, s Server) ([]ListedTool, error) {
-	timeout := orDuration(s.ConnectionTimeout, DefaultConnectionTimeout)
-	session, err := connect(ctx, s, timeout, nil)
+	timeout := s.connectionTimeout()
+	session, err := connect(ctx, s, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +226,7 @@ func ListServer(ctx context.Context, s Server) ([]ListedTool, error) {
 }
 
 // connect opens one client session, bounded by the connection timeout.
-func connect(ctx context.Context, s Server, timeout time.Duration, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+func connect(ctx context.Context, s Server, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
 	if s.Connect == nil {
 		return nil, errors.New("MCP server " + s.Name + " has no transport")
 	}
@@ -234,7 +234,7 @@ func connect(ctx context.Context, s Server, timeout time.Duration, opts *mcp.Cli
 	if err != nil {
 		return nil, fmt.Errorf("connecting to MCP server %s: %w", s.Name, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.connectionTimeout())
 	defer cancel()
 	if _, isHTTP := transport.(*mcp.StreamableClientTransport); !isHTTP {
 		transport = taskTransport{transport}
@@ -244,6 +244,11 @@ func connect(ctx context.Context, s Server, timeout time.Duration, opts *mcp.Cli
 		return nil, fmt.Errorf("connecting to MCP server %s: %w", s.Name, err)
 	}
 	return session, nil
+}
+
+// connectionTimeout bounds connecting and each handshake or task request.
+func (s Server) connectionTimeout() time.Duration {
+	return orDuration(s.ConnectionTimeout, DefaultConnectionTimeout)
 }
 
 func implementation() *mcp.Implementation {

@@ -219,7 +219,7 @@ func (s *Source) PollSourceTask(ctx context.Context, poll agent.TaskPoll, tool a
 		return "", lostTask(poll.Effect, fmt.Sprintf("MCP server %s is not configured on this worker, so task %s cannot be followed", ref.Server, poll.TaskID))
 	}
 	state := readTaskState(poll.Continuation)
-	cs, err := connect(ctx, server, orDuration(server.ConnectionTimeout, DefaultConnectionTimeout), nil)
+	cs, err := connect(ctx, server, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -254,7 +254,7 @@ func (s *Source) CancelSourceTask(ctx context.Context, poll agent.TaskPoll, tool
 	if !ok {
 		return nil
 	}
-	cs, err := connect(ctx, server, orDuration(server.ConnectionTimeout, DefaultConnectionTimeout), nil)
+	cs, err := connect(ctx, server, nil)
 	if err != nil {
 		return err
 	}
@@ -293,7 +293,7 @@ type taskPoller struct {
 // once polls the task: it first delivers a pending answer, then reads the
 // task and maps its status.
 func (p *taskPoller) once(ctx context.Context) (string, error) {
-	reqCtx, cancel := context.WithTimeout(ctx, orDuration(p.server.ConnectionTimeout, DefaultConnectionTimeout))
+	reqCtx, cancel := context.WithTimeout(ctx, p.server.connectionTimeout())
 	defer cancel()
 	if answer := p.poll.PendingAnswer; answer != nil {
 		done, err := p.deliver(reqCtx, answer)
@@ -301,18 +301,12 @@ func (p *taskPoller) once(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	t, err := getTask(reqCtx, p.cs, p.poll.TaskID)
+	t, err := p.read(reqCtx)
 	if err != nil {
-		if wire := serverError(err); wire != nil && wire.Code == jsonrpc.CodeInvalidParams {
-			return "", lostTask(p.poll.Effect, fmt.Sprintf("MCP server %s no longer knows task %s: %s", p.server.Name, p.poll.TaskID, wire.Message))
-		}
 		return "", err
 	}
-	if t.Status != p.state.Status && p.poll.Events != nil {
-		p.poll.Events.WriteEvent(TaskStatusEvent, map[string]any{
-			"tool_call_id": p.poll.ToolCallID, "tool_name": p.tool.Name, "task_id": p.poll.TaskID,
-			"status": t.Status, "status_message": t.StatusMessage,
-		})
+	if t.Status != p.state.Status {
+		writeTaskStatus(p.poll.ToolContext, p.tool.Name, t)
 	}
 	switch t.Status {
 	case taskCompleted:
@@ -334,6 +328,25 @@ func (p *taskPoller) once(ctx context.Context) (string, error) {
 	}
 	p.state.Interval = nextPollInterval(p.state.Interval, t)
 	return "", agent.StillRunning(p.state.Interval, p.state.encode())
+}
+
+// read reads the task; one the server no longer knows is lost.
+func (p *taskPoller) read(ctx context.Context) (*Task, error) {
+	t, err := getTask(ctx, p.cs, p.poll.TaskID)
+	if wire := serverError(err); wire != nil && wire.Code == jsonrpc.CodeInvalidParams {
+		return nil, lostTask(p.poll.Effect, fmt.Sprintf("MCP server %s no longer knows task %s: %s", p.server.Name, p.poll.TaskID, wire.Message))
+	}
+	return t, err
+}
+
+// writeTaskStatus writes the event of a task whose status changed.
+func writeTaskStatus(call agent.ToolContext, tool string, t *Task) {
+	if call.Events != nil {
+		call.Events.WriteEvent(TaskStatusEvent, map[string]any{
+			"tool_call_id": call.ToolCallID, "tool_name": tool, "task_id": t.TaskID,
+			"status": t.Status, "status_message": t.StatusMessage,
+		})
+	}
 }
 
 // completedTask is a completed task's result, under the same rules as a
@@ -439,7 +452,7 @@ func describeTaskRequests(t *Task) string {
 func (p *taskPoller) inputRequired(ctx context.Context, t *Task) (string, error) {
 	q, fits := fittingQuestion(t)
 	if !fits {
-		cancelBounded(ctx, p.cs, t.TaskID, orDuration(p.server.ConnectionTimeout, DefaultConnectionTimeout))
+		cancelBounded(ctx, p.cs, t.TaskID, p.server.connectionTimeout())
 		return "", agent.Failed("%s (%s)", inputRequestPrefix, describeTaskRequests(t))
 	}
 	if at := p.state.AnsweredAt; at != nil && q.key == p.state.Key && q.fingerprint == p.state.Fingerprint &&
@@ -462,11 +475,8 @@ func (p *taskPoller) inputRequired(ctx context.Context, t *Task) (string, error)
 // asks again. done is true when the poll's outcome is decided here.
 func (p *taskPoller) deliver(ctx context.Context, answer *agent.QuestionAnswer) (done bool, err error) {
 	asked := readTaskState(p.poll.Continuation)
-	t, err := getTask(ctx, p.cs, p.poll.TaskID)
+	t, err := p.read(ctx)
 	if err != nil {
-		if wire := serverError(err); wire != nil && wire.Code == jsonrpc.CodeInvalidParams {
-			return true, lostTask(p.poll.Effect, fmt.Sprintf("MCP server %s no longer knows task %s: %s", p.server.Name, p.poll.TaskID, wire.Message))
-		}
 		return true, err
 	}
 	q, fits := fittingQuestion(t)
@@ -503,7 +513,7 @@ func (p *taskPoller) deliver(ctx context.Context, answer *agent.QuestionAnswer) 
 	if err != nil && answer.Resolution == agent.QuestionDeclined {
 		// A decline the task did not take: cancel it and end the call.
 		// The request budget may be spent: the cancel gets its own.
-		cancelBounded(context.WithoutCancel(ctx), p.cs, p.poll.TaskID, orDuration(p.server.ConnectionTimeout, DefaultConnectionTimeout))
+		cancelBounded(context.WithoutCancel(ctx), p.cs, p.poll.TaskID, p.server.connectionTimeout())
 		return true, lostTask(p.poll.Effect, fmt.Sprintf("MCP task %s did not take the declined answer: %v", p.poll.TaskID, err))
 	}
 	if err != nil {
@@ -521,7 +531,7 @@ func (p *taskPoller) deliver(ctx context.Context, answer *agent.QuestionAnswer) 
 // idempotent write calls the tool again.
 func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, t *Task) (string, error) {
 	wait := orDuration(server.TaskWaitTimeout, DefaultTaskWaitTimeout)
-	requestTimeout := orDuration(server.ConnectionTimeout, DefaultConnectionTimeout)
+	requestTimeout := server.connectionTimeout()
 	deadline := time.Now().Add(wait)
 	interval := time.Duration(0)
 	status := t.Status
@@ -558,11 +568,8 @@ func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call ag
 			return "", &CallInterruptedError{Tool: tool, Cause: fmt.Errorf("polling task %s: %w", t.TaskID, err)}
 		}
 		t = next
-		if t.Status != status && call.Events != nil {
-			call.Events.WriteEvent(TaskStatusEvent, map[string]any{
-				"tool_call_id": call.ToolCallID, "tool_name": tool, "task_id": t.TaskID,
-				"status": t.Status, "status_message": t.StatusMessage,
-			})
+		if t.Status != status {
+			writeTaskStatus(call, tool, t)
 		}
 		status = t.Status
 	}

@@ -122,13 +122,7 @@ func TestASessionPolledTaskCompletes(t *testing.T) {
 	if again, ok := agent.IsTaskStarted(err); !ok || again.TaskID != poll.TaskID {
 		t.Errorf("the retry = %v, want the same task", err)
 	}
-	calls := 0
-	for _, line := range ts.Log() {
-		if strings.HasPrefix(line, "call ") {
-			calls++
-		}
-	}
-	if calls != 1 {
+	if calls := countPrefix(ts.Log(), "call "); calls != 1 {
 		t.Errorf("the tool was called %d times: %v", calls, ts.Log())
 	}
 }
@@ -316,13 +310,7 @@ func TestATaskPolledInsideTheCall(t *testing.T) {
 	if n := len(last); n < 3 || !strings.HasPrefix(last[n-2], "get ") || !strings.HasPrefix(last[n-1], "cancel ") {
 		t.Errorf("the server got %v, want a poll at the end of the wait before the cancel", last)
 	}
-	cancels := 0
-	for _, line := range ts.Log() {
-		if strings.HasPrefix(line, "cancel ") {
-			cancels++
-		}
-	}
-	if cancels != 3 {
+	if cancels := countPrefix(ts.Log(), "cancel "); cancels != 3 {
 		t.Errorf("the server got %d cancels, want one for the input request and one for each wait that passed: %v", cancels, ts.Log())
 	}
 }
@@ -440,4 +428,15 @@ func TestAnHTTPErrorStatusIsTheServersAnswerOnlyWithAnOutcome(t *testing.T) {
 			t.Errorf("body %s: %v, want a transport error", body, err)
 		}
 	}
+}
+
+// countPrefix counts the lines of a server log that start with prefix.
+func countPrefix(lines []string, prefix string) int {
+	n := 0
+	for _, line := range lines {
+		if strings.HasPrefix(line, prefix) {
+			n++
+		}
+	}
+	return n
 }
