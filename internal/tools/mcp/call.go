@@ -299,14 +299,28 @@ func describeInputRequests(requests mcp.InputRequestMap) string {
 	for _, key := range slices.Sorted(maps.Keys(requests)) {
 		switch r := requests[key].(type) {
 		case *mcp.ElicitParams:
-			out = append(out, fmt.Sprintf("an answer to '%s'", r.Message))
+			out = append(out, describeRequest("elicitation/create", r.Message))
 		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams: //nolint:staticcheck // servers of older protocols still ask
-			out = append(out, "a model completion")
+			out = append(out, describeRequest("sampling/createMessage", ""))
 		case *mcp.ListRootsParams: //nolint:staticcheck // servers of older protocols still ask
-			out = append(out, "the list of roots")
+			out = append(out, describeRequest("roots/list", ""))
 		default:
 			out = append(out, fmt.Sprintf("a request of type %T", r))
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// describeRequest names one input request in the text of a call that asked
+// for input the session cannot provide.
+func describeRequest(method, message string) string {
+	switch {
+	case method == "elicitation/create" && message != "":
+		return fmt.Sprintf("an answer to '%s'", message)
+	case method == "sampling/createMessage":
+		return "a model completion"
+	case method == "roots/list":
+		return "the list of roots"
+	}
+	return "a " + method + " request"
 }

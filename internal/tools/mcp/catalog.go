@@ -59,7 +59,6 @@ const (
 	DefaultListingTTL        = 5 * time.Minute
 	DefaultConnectionTimeout = 30 * time.Second
 	ListingFailureBackoff    = 30 * time.Second
-	DefaultListingTimeout    = 10 * time.Second
 )
 
 // Catalog lists each server on its own and caches its tools per worker: a

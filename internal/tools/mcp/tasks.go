@@ -433,16 +433,7 @@ func describeTaskRequests(t *Task) string {
 			Message string `json:"message"`
 		}
 		_ = json.Unmarshal(req.Params, &params)
-		switch {
-		case req.Method == "elicitation/create" && params.Message != "":
-			out = append(out, fmt.Sprintf("an answer to '%s'", params.Message))
-		case req.Method == "sampling/createMessage":
-			out = append(out, "a model completion")
-		case req.Method == "roots/list":
-			out = append(out, "the list of roots")
-		default:
-			out = append(out, "a "+req.Method+" request")
-		}
+		out = append(out, describeRequest(req.Method, params.Message))
 	}
 	return strings.Join(out, ", ")
 }
