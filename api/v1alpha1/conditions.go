@@ -50,6 +50,10 @@ const (
 	// ReasonInvalidSpec: the spec passed the API server's checks but cannot be
 	// rendered, such as a worker configuration too large for a ConfigMap.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonUnknownEngineVersion: the workers' engine version is newer than
+	// any this operator knows, so it cannot publish their Flow graph or
+	// follow their rollout rules; upgrade the operator first.
+	ReasonUnknownEngineVersion = "UnknownEngineVersion"
 	// ReasonOwnedObjectConflict: an object the Agent would own, such as its
 	// worker Deployment, exists and belongs to something else; the operator
 	// never takes it over.

@@ -37,7 +37,29 @@ type Flow struct {
 	// workflow, if Temporal has not suggested it first; zero uses
 	// DefaultHistoryBudget.
 	HistoryBudget HistoryBudget
+	// Trace, when set, is told every move of a session from one Step to the
+	// next, so a test can hold what sessions do against the published Flow
+	// graph. It is called again when a worker replays a session.
+	Trace StepTrace
 }
+
+// StepTrace is told that a session moved from one Step to the next: along
+// the turn's own Steps, or along one tool call's.
+type StepTrace func(from, to session.StepName, kind session.TransitionKind)
+
+// Revisions of the workflow code that change the commands a session writes.
+// A run records the revision it begins with in a version marker and keeps
+// that revision's behaviour to its end, so a history an earlier engine
+// version wrote replays unchanged. A new revision is a new engine version.
+const (
+	revisionChangeID = "stepwise-engine"
+	// revisionSearchOncePerTask writes ActiveStepTypes at most once per
+	// workflow task, with the value the task ends with (engine 0.4.0).
+	// Earlier runs wrote it at every Step change, a transient empty value
+	// included.
+	revisionSearchOncePerTask workflow.Version = 1
+	currentRevision                            = revisionSearchOncePerTask
+)
 
 // HistoryBudget bounds one workflow run of a session. A session that
 // reaches it continues as new between Steps, carrying its state, well
@@ -56,12 +78,24 @@ type run struct {
 	flow    *Flow
 	events  EventSink
 	s       *session.State
-	active  map[session.StepName]int
-	shown   []string
 	stepSeq int
+	// revision is the workflow code revision this run keeps.
+	revision workflow.Version
+	// active counts the executions of each Step the session is in, by the
+	// Step's position in the Flow graph; shown is what the search
+	// attribute holds.
+	active []int
+	shown  []string
+	// activeChanges counts changes to active, so the search attribute is
+	// written only once the workflow task's coroutines have settled.
+	activeChanges int
+	searchStale   bool
 	// search is false when the session was started without the
 	// active-Step search.
 	search bool
+	// at is the Step each track of the session is in: the turn's own
+	// Steps under turnTrack, and each tool call's under its ID.
+	at map[string]session.StepName
 	// cancelModel cancels the running RunModel Step, for cancel_turn.
 	cancelModel workflow.CancelFunc
 	// input started the run; a new run gets it again, with the state.
@@ -72,9 +106,10 @@ type run struct {
 // the session lives. A session never completes by itself.
 func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	r := &run{
-		ctx: ctx, flow: f, active: map[session.StepName]int{}, events: f.Events,
+		ctx: ctx, flow: f, active: make([]int, len(session.Steps())), events: f.Events,
 		s:      session.NewState(workflow.GetInfo(ctx).WorkflowExecution.ID),
-		search: in.StepSearch != StepSearchDisabled, input: in,
+		search: in.StepSearch != StepSearchDisabled, input: in, at: map[string]session.StepName{},
+		revision: workflow.GetVersion(ctx, revisionChangeID, workflow.DefaultVersion, currentRevision),
 	}
 	if in.Carried != nil {
 		// A new run of a session that continued as new.
@@ -88,7 +123,11 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	if err := r.register(); err != nil {
 		return err
 	}
+	if r.search && r.revision >= revisionSearchOncePerTask {
+		workflow.Go(ctx, r.keepSearchCurrent)
+	}
 	if in.Carried == nil {
+		r.move(turnTrack, session.StepStartAgentSession, session.TransitionNext)
 		if err := session.CheckStartSettings(in.Start.Settings); err != nil {
 			// The session never initializes, so a retry could not fix it.
 			return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
@@ -99,6 +138,7 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	}
 	for {
 		if r.s.Turn == nil {
+			r.move(turnTrack, session.StepAwaitUserMessage, session.TransitionNext)
 			r.enter(session.StepAwaitUserMessage)
 			err := workflow.Await(ctx, func() bool { return r.s.CanBeginTurn() || r.runIsFull() })
 			r.leave(session.StepAwaitUserMessage)
@@ -300,7 +340,7 @@ func (r *run) runTurn() error {
 		}
 		if r.s.TurnControlRequested() {
 			// Steered or cancelled: no further model call.
-			r.applyTurnControl()
+			r.applyTurnControl(session.TransitionNext)
 			return nil
 		}
 		if r.s.Status == session.StatusCompactingContext {
@@ -310,8 +350,10 @@ func (r *run) runTurn() error {
 			continue
 		}
 		stepID := r.nextStepID(session.StepRunModel, turn.ID)
+		r.move(turnTrack, session.StepRunModel, session.TransitionNext)
 		if r.s.StorageFull() {
 			// No model call: the session could not carry more.
+			r.move(turnTrack, session.StepRecordTurnFailure, session.TransitionNext)
 			r.emit(stepID, r.s.FailTurn(r.s.StorageFullError()))
 			return nil
 		}
@@ -319,14 +361,14 @@ func (r *run) runTurn() error {
 		err := r.modelStep(session.StepRunModel, stepID, turn.ID, &out)
 		if r.s.ModelCallCancelled() {
 			// cancel_turn while the model call ran: its answer is dropped.
-			r.applyTurnControl()
+			r.applyTurnControl(session.TransitionCancel)
 			return nil
 		}
 		if err != nil {
 			if temporal.IsCanceledError(err) {
 				return err
 			}
-			// RecordTurnFailure.
+			r.move(turnTrack, session.StepRecordTurnFailure, session.TransitionFailure)
 			r.emit(stepID, r.s.FailTurn(failureDetail(err)))
 			return nil
 		}
@@ -345,9 +387,11 @@ func (r *run) runTurn() error {
 		}
 		for _, rec := range records {
 			id := rec.ID
+			// Each call's own track begins at the RunModel that made it.
+			r.at[id] = session.StepRunModel
 			workflow.Go(r.ctx, func(ctx workflow.Context) { r.runToolCall(ctx, id) })
 		}
-		// ResumeTurn.
+		r.move(turnTrack, session.StepResumeTurn, session.TransitionNext)
 		r.enter(session.StepResumeTurn)
 		err = workflow.Await(r.ctx, r.s.ToolCallsFinal)
 		r.leave(session.StepResumeTurn)
@@ -355,7 +399,7 @@ func (r *run) runTurn() error {
 			return err
 		}
 		if r.s.TurnControlRequested() {
-			r.applyTurnControl()
+			r.applyTurnControl(session.TransitionNext)
 			return nil
 		}
 		r.s.ResumeTurn()
@@ -380,13 +424,15 @@ func (r *run) compact() error {
 	turn := r.s.Turn
 	stepID := r.nextStepID(session.StepCompactContext, turn.ID)
 	var out session.CompactionOutcome
+	r.move(turnTrack, session.StepCompactContext, session.TransitionNext)
 	err := r.modelStep(session.StepCompactContext, stepID, turn.ID, &out)
 	switch {
 	case r.s.ModelCallCancelled():
-		r.applyTurnControl()
+		r.applyTurnControl(session.TransitionCancel)
 	case err != nil && temporal.IsCanceledError(err):
 		return err
 	case err != nil:
+		r.move(turnTrack, session.StepRecordTurnFailure, session.TransitionFailure)
 		r.emit(stepID, r.s.FailTurn(failureDetail(err)))
 	default:
 		events := r.s.ApplySummary(out, workflow.Now(r.ctx))
@@ -399,8 +445,11 @@ func (r *run) compact() error {
 }
 
 // applyTurnControl is ApplyTurnControl: it ends a steered or cancelled
-// turn, and starts the next one with the steered messages.
-func (r *run) applyTurnControl() {
+// turn, and starts the next one with the steered messages. kind says how
+// the session came here: a cancelled model call, or a request found
+// between Steps.
+func (r *run) applyTurnControl(kind session.TransitionKind) {
+	r.move(turnTrack, session.StepApplyTurnControl, kind)
 	turnID := r.activeTurnID()
 	events := r.s.ApplyTurnControl()
 	r.emit(waitStepID(session.StepApplyTurnControl, turnID, ""), events)
@@ -418,6 +467,12 @@ func (r *run) activeTurnID() string {
 // record of this turn, never a later turn's call with the same ID.
 func (r *run) runToolCall(ctx workflow.Context, id string) {
 	rec := r.record(id)
+	defer func() {
+		if r.record(id) == rec && rec != nil && rec.Status.Final() {
+			// The call publishes its result to ResumeTurn.
+			r.move(id, session.StepResumeTurn, session.TransitionResult)
+		}
+	}()
 	for rec != nil && r.record(id) == rec && !rec.Status.Final() {
 		var err error
 		switch rec.Status {
@@ -463,6 +518,7 @@ func (r *run) record(id string) *session.ToolCallRecord {
 func (r *run) awaitInterrupt(ctx workflow.Context, rec *session.ToolCallRecord) error {
 	step := session.WaitStep(*rec)
 	waiting := rec.Status
+	r.move(rec.ID, step, session.TransitionNext)
 	r.enter(step)
 	defer r.leave(step)
 	moved := func() bool { return r.record(rec.ID) != rec || rec.Status != waiting }
@@ -485,6 +541,7 @@ func (r *run) awaitInterrupt(ctx workflow.Context, rec *session.ToolCallRecord) 
 
 // awaitTimer is AwaitTimer: a durable wait on the engine's timer.
 func (r *run) awaitTimer(ctx workflow.Context, rec *session.ToolCallRecord) error {
+	r.move(rec.ID, session.StepAwaitTimer, session.TransitionNext)
 	r.enter(session.StepAwaitTimer)
 	defer r.leave(session.StepAwaitTimer)
 	moved := func() bool { return r.record(rec.ID) != rec || rec.Status != session.ToolCallWaitingForTimer }
@@ -508,6 +565,7 @@ func (r *run) awaitTimer(ctx workflow.Context, rec *session.ToolCallRecord) erro
 func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	step := session.ToolStep(rec.Effect)
 	stepID := r.nextStepID(step, rec.ID)
+	r.move(rec.ID, step, session.TransitionNext)
 	if r.s.TurnControlRequested() && rec.InputQuestions == 0 {
 		// Steered or cancelled before the tool started: it never will.
 		r.emit(stepID, r.s.SettleUnstarted(rec.ID))
@@ -536,6 +594,7 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 		return
 	}
 	route := session.FailureRoute(rec.Effect)
+	r.move(rec.ID, route, session.TransitionFailure)
 	r.enter(route)
 	r.emit(stepID, r.s.RecordToolStepExhausted(rec.ID, stepStarted(err), failureDetail(err)))
 	r.leave(route)
@@ -562,6 +621,7 @@ func (r *run) pollTask(ctx workflow.Context, rec *session.ToolCallRecord) error 
 			}
 		}
 		stepID := r.nextStepID(session.StepPollToolTask, rec.ID)
+		r.move(rec.ID, session.StepPollToolTask, session.TransitionNext)
 		pollCtx, cancel := workflow.WithCancel(r.pollOptions(ctx, stepID))
 		future := workflow.ExecuteActivity(pollCtx, string(session.StepPollToolTask), r.toolInput(rec))
 		if err := workflow.Await(ctx, func() bool { return future.IsReady() || rec.TaskAbandoned }); err != nil {
@@ -587,6 +647,7 @@ func (r *run) pollTask(ctx workflow.Context, rec *session.ToolCallRecord) error 
 		default:
 			// The task started, so the call is recorded by its effect.
 			route := session.FailureRoute(rec.Effect)
+			r.move(rec.ID, route, session.TransitionFailure)
 			r.enter(route)
 			r.emit(stepID, r.s.RecordToolStepExhausted(rec.ID, true, failureDetail(err)))
 			r.leave(route)
@@ -603,6 +664,7 @@ func (r *run) pollTask(ctx workflow.Context, rec *session.ToolCallRecord) error 
 // cancellation's outcome.
 func (r *run) cancelTask(ctx workflow.Context, rec *session.ToolCallRecord) {
 	stepID := r.nextStepID(session.StepCancelToolTask, rec.ID)
+	r.move(rec.ID, session.StepCancelToolTask, session.TransitionCancel)
 	spec, _ := session.Step(session.StepCancelToolTask)
 	r.enter(session.StepCancelToolTask)
 	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -612,8 +674,11 @@ func (r *run) cancelTask(ctx workflow.Context, rec *session.ToolCallRecord) {
 		},
 	})
 	// A cancellation that keeps failing still ends the call.
-	_ = workflow.ExecuteActivity(opts, string(session.StepCancelToolTask), r.toolInput(rec)).Get(ctx, nil)
+	err := workflow.ExecuteActivity(opts, string(session.StepCancelToolTask), r.toolInput(rec)).Get(ctx, nil)
 	r.leave(session.StepCancelToolTask)
+	if err != nil {
+		r.move(rec.ID, session.StepRecordToolOutcomeUnknown, session.TransitionFailure)
+	}
 	r.emit(stepID, r.s.RecordTaskAbandoned(rec.ID))
 }
 
@@ -711,25 +776,90 @@ func (r *run) emit(stepID string, events []session.Event) {
 	}
 }
 
+// turnTrack is the track of the turn's own Steps, beside one track per
+// tool call.
+const turnTrack = ""
+
+// move records that a track of the session moved to a Step, for the Flow's
+// trace. It writes nothing to the history.
+func (r *run) move(track string, to session.StepName, kind session.TransitionKind) {
+	from, ok := r.at[track]
+	r.at[track] = to
+	if ok && r.flow.Trace != nil {
+		r.flow.Trace(from, to, kind)
+	}
+}
+
 // enter and leave keep the active-Step search attribute current.
 func (r *run) enter(step session.StepName) {
-	r.active[step]++
-	r.showActive()
+	r.active[stepIndex(step)]++
+	r.activeChanged()
 }
 
 func (r *run) leave(step session.StepName) {
-	if r.active[step]--; r.active[step] <= 0 {
-		delete(r.active, step)
+	if i := stepIndex(step); r.active[i] > 0 {
+		r.active[i]--
 	}
-	r.showActive()
+	r.activeChanged()
 }
 
+// activeChanged writes the search attribute at once in runs of the first
+// revision; later runs leave it to keepSearchCurrent.
+func (r *run) activeChanged() {
+	r.activeChanges++
+	r.searchStale = true
+	if r.revision < revisionSearchOncePerTask {
+		r.showActive()
+	}
+}
+
+// keepSearchCurrent writes the active-Step search attribute at most once
+// per workflow task. After a change it lets the workflow's coroutines run
+// until a whole pass of them changes nothing more, so the value it writes
+// is the one the task ends with, never a transient one between two Steps.
+func (r *run) keepSearchCurrent(ctx workflow.Context) {
+	for {
+		if err := workflow.Await(ctx, func() bool { return r.searchStale }); err != nil {
+			return
+		}
+		for {
+			seen := r.activeChanges
+			if err := awaitNextPass(ctx); err != nil {
+				return
+			}
+			if r.activeChanges == seen {
+				break
+			}
+		}
+		r.showActive()
+	}
+}
+
+// awaitNextPass returns once every other coroutine of the workflow has had
+// its turn to run.
+func awaitNextPass(ctx workflow.Context) error {
+	resumed := false
+	return workflow.Await(ctx, func() bool {
+		done := resumed
+		resumed = true
+		return done
+	})
+}
+
+// showActive writes the Steps the session is in, when they differ from
+// what the search attribute holds.
 func (r *run) showActive() {
-	steps := make([]string, 0, len(r.active))
-	for step := range r.active {
-		steps = append(steps, string(step))
+	r.searchStale = false
+	var steps []string
+	for i, spec := range session.Steps() {
+		if r.active[i] > 0 {
+			steps = append(steps, string(spec.Name))
+		}
 	}
 	slices.Sort(steps)
+	if steps == nil {
+		steps = []string{}
+	}
 	if !r.search || slices.Equal(steps, r.shown) {
 		return
 	}
@@ -737,6 +867,16 @@ func (r *run) showActive() {
 	// An upsert that fails is logged by the SDK; the search is a view, and a
 	// session never stops for it.
 	_ = workflow.UpsertTypedSearchAttributes(r.ctx, activeStepsKey.ValueSet(steps))
+}
+
+// stepIndex is a Step's position in the Flow graph.
+func stepIndex(step session.StepName) int {
+	for i, spec := range session.Steps() {
+		if spec.Name == step {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("unknown Step %s", step))
 }
 
 // wholeSeconds rounds a wait up to whole seconds, as the engine's timers

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -25,6 +26,8 @@ type harness struct {
 	suite  testsuite.WorkflowTestSuite
 	env    *testsuite.TestWorkflowEnvironment
 	events *recordedEvents
+	acts   *Activities
+	moves  *moveTracer
 	steps  []func()
 	gap    time.Duration
 }
@@ -79,7 +82,7 @@ func (l envLoader) ToolCallControl(_ context.Context, _, _, turnID, toolCallID s
 
 func newHarness(t *testing.T, def agent.Definition) *harness {
 	t.Helper()
-	h := &harness{t: t, events: &recordedEvents{}, gap: time.Minute}
+	h := &harness{t: t, events: &recordedEvents{}, moves: &moveTracer{}, gap: time.Minute}
 	h.env = h.suite.NewTestWorkflowEnvironment()
 	h.env.SetTestTimeout(30 * time.Second)
 	runner, err := loop.New(def)
@@ -87,11 +90,29 @@ func newHarness(t *testing.T, def agent.Definition) *harness {
 		t.Fatal(err)
 	}
 	timings := DefaultTimings()
-	flow := &Flow{Events: h.events, Timings: timings}
+	flow := &Flow{Events: h.events, Timings: timings, Trace: h.moves.trace}
 	h.env.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: testFlowType})
-	acts := &Activities{Runner: runner, State: envLoader{h.env}, Events: h.events}
-	acts.Register(h.env)
+	h.acts = &Activities{Runner: runner, State: envLoader{h.env}, Events: h.events}
+	h.acts.Register(h.env)
 	return h
+}
+
+// slowFirstCall makes the first attempt of a model Step (RunModel or
+// CompactContext) take d of workflow time before it runs, so a step can
+// steer or cancel the turn while that model call runs.
+func (h *harness) slowFirstCall(step session.StepName, d time.Duration) {
+	var mu sync.Mutex
+	calls := 0
+	delay := func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 1 {
+			return d
+		}
+		return 0
+	}
+	real := map[session.StepName]any{session.StepRunModel: h.acts.RunModel, session.StepCompactContext: h.acts.CompactContext}[step]
+	h.env.OnActivity(string(step), mock.Anything, mock.Anything).AfterFn(delay).Return(real)
 }
 
 // then schedules a step a minute of workflow time after the previous one,
@@ -109,6 +130,7 @@ func (h *harness) run(initialMessage string) {
 	}
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Duration(len(h.steps)+1)*h.gap)
 	h.env.ExecuteWorkflow(testFlowType, SessionInput{Start: session.StartInput{RequestID: "start-1", InitialMessage: initialMessage}})
+	h.moves.checkInGraph(h.t)
 	err := h.env.GetWorkflowError()
 	var canceled *temporal.CanceledError
 	if err != nil && !errors.As(err, &canceled) {

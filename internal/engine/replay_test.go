@@ -18,7 +18,7 @@ const recordedFlowType = "Recorded"
 // TestReplayRecordedHistories replays session histories that an earlier
 // version of the workflow code wrote on a real Temporal server: chat turns,
 // an approval and a rejection, a question and a durable wait, and a tool
-// call retried after a worker was killed. A change to workflow code that
+// call retried after a worker was killed, plans and plan mode. A change to workflow code that
 // would break a running session fails here. Re-record the fixtures with
 // `make record-histories` only when a release is meant to replace them.
 func TestReplayRecordedHistories(t *testing.T) {
@@ -32,11 +32,15 @@ func TestReplayRecordedHistories(t *testing.T) {
 		t.Run(filepath.Base(filepath.Dir(file))+"/"+filepath.Base(file), func(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
 			events := &recordedEvents{}
-			flow := &Flow{Timings: DefaultTimings(), Events: events}
+			moves := &moveTracer{}
+			// Plan mode is off, as after an Agent turned it off: a
+			// plan-mode message the session accepted still replays.
+			flow := &Flow{Timings: DefaultTimings(), Events: events, Trace: moves.trace, PlanMode: false}
 			replayer.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: recordedFlowType})
 			if err := replayer.ReplayWorkflowHistoryFromJSONFile(logger, file); err != nil {
 				t.Fatalf("replaying %s: %v", file, err)
 			}
+			moves.checkInGraph(t)
 			// Events are written when a Step commits, never again when a
 			// worker rebuilds the session from its history.
 			if len(events.events) != 0 {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -21,12 +22,17 @@ type jobs struct {
 	doneAfter int
 	question  bool
 	answers   []agent.QuestionAnswer
+	// failPolls and failCancels make every poll or cancellation fail.
+	failPolls, failCancels bool
 }
 
 func (j *jobs) PollTask(_ context.Context, p agent.TaskPoll) (string, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.polls = append(j.polls, p)
+	if j.failPolls {
+		return "", errors.New("the job system is down")
+	}
 	if p.PendingAnswer != nil {
 		j.answers = append(j.answers, *p.PendingAnswer)
 	}
@@ -50,6 +56,9 @@ func (j *jobs) CancelTask(_ context.Context, p agent.TaskPoll) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.cancelled = append(j.cancelled, p.TaskID)
+	if j.failCancels {
+		return errors.New("the job system is down")
+	}
 	return nil
 }
 

@@ -34,6 +34,10 @@ func TestRecordHistories(t *testing.T) {
 		t.Skipf("set %s to a directory to record session histories for the replay tests", RecordHistoriesEnv)
 	}
 	s := NewStack(t, ReplayFlowType)
+	// Since 0.4.0: plan mode and write_todos. The replay tests replay with
+	// plan mode off, as after an Agent turned it off.
+	s.Config.Definition.BuiltInTools = append(s.Config.Definition.BuiltInTools, "write_todos")
+	s.Config.Definition.PlanMode = &workerconfig.PlanMode{PlanningToolChoice: "auto"}
 	// Since 0.3.0: an MCP tool source.
 	ledger := mcptest.NewLedger(t)
 	s.Config.ToolSources = []workerconfig.ToolSource{{
@@ -112,6 +116,28 @@ func TestRecordHistories(t *testing.T) {
 	must(sessions.Start(ctx, "mcp", "tools: ledger__uncertain, ledger__send_payment, ledger__balance"))
 	lastAnswer(t, sessions, "mcp", 1)
 
+	// Since 0.4.0: a plan-mode message writes a draft, execute_plan runs
+	// it, and a message queued during a turn is deleted.
+	must(sessions.Start(ctx, "plans", "hello"))
+	lastAnswer(t, sessions, "plans", 1)
+	must(sessions.Send(ctx, "plans", "plan: draft the notes; send them", client.InPlanMode()))
+	lastAnswer(t, sessions, "plans", 2)
+	must(sessions.ExecutePlan(ctx, "plans", 1))
+	lastAnswer(t, sessions, "plans", 3)
+	must(sessions.Send(ctx, "plans", "tools: write_approved"))
+	approval := interrupt("plans")
+	must(sessions.Send(ctx, "plans", "never mind"))
+	snap, err := sessions.Snapshot(ctx, "plans")
+	if err != nil || len(snap.QueuedMessages) != 1 {
+		t.Fatalf("snapshot = %+v, %v; want one queued message", snap.QueuedMessages, err)
+	}
+	must(sessions.DeleteQueued(ctx, "plans", snap.QueuedMessages[0].ID))
+	must(sessions.Approve(ctx, "plans", approval))
+	lastAnswer(t, sessions, "plans", 4)
+	if snap, err := sessions.Snapshot(ctx, "plans"); err != nil || snap.Plan == nil || snap.Plan.Status != client.PlanCompleted {
+		t.Fatalf("plan = %+v, %v; want the executed plan completed", snap.Plan, err)
+	}
+
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +159,7 @@ func TestRecordHistories(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp"} {
+	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp", "plans"} {
 		save(s.Client, id, "", id+".json")
 	}
 

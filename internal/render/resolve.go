@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/version"
 )
 
 // Defaults are the operator-wide settings an Agent falls back to.
@@ -152,6 +153,11 @@ func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Reso
 	r.out.WorkerImage, r.out.EngineVersion = defaults.WorkerImage, defaults.WorkerEngineVersion
 	if w := agent.Spec.Workers; w != nil && w.Image != "" {
 		r.out.WorkerImage, r.out.EngineVersion = w.Image, w.EngineVersion
+	}
+	if !slices.Contains(version.EngineVersions, r.out.EngineVersion) {
+		return nil, blocked(agentsv1.ReasonUnknownEngineVersion,
+			"spec.workers.engineVersion %q is not an engine version this operator knows (%s); upgrade the operator before workers of a newer engine",
+			r.out.EngineVersion, strings.Join(version.EngineVersions, ", "))
 	}
 	return r.out, nil
 }

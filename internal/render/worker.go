@@ -212,9 +212,15 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 	return w, nil
 }
 
-// Graph builds the published session Flow graph of an Agent.
+// Graph builds the published session Flow graph of an Agent: the graph of
+// the engine version its workers run, which may be older than the
+// operator's own.
 func Graph(agent *agentsv1.Agent, engineVersion string) (*PublishedGraph, error) {
-	doc, digest, err := session.Graph(agent.Spec.FlowType, engineVersion).Document()
+	graph, err := session.Graph(agent.Spec.FlowType, engineVersion)
+	if err != nil {
+		return nil, err
+	}
+	doc, digest, err := graph.Document()
 	if err != nil {
 		return nil, err
 	}

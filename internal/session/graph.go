@@ -5,6 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/stepwise-run/stepwise/internal/version"
 )
 
 // FlowGraphSchema names the format of the graph document, so readers can
@@ -73,111 +77,151 @@ type FlowGraph struct {
 	Actions       []Action     `json:"actions"`
 }
 
-// transitions follows the seed's Flow shape, Step by Step.
-var transitions = []Transition{
-	{StepStartAgentSession, StepRunModel, TransitionNext, "the start input has a non-blank initial message"},
-	{StepStartAgentSession, StepAwaitUserMessage, TransitionNext, "no initial message"},
+// Engine versions in which parts of the graph first appeared.
+const (
+	since010 = "0.1.0"
+	// since020 brought compaction, tool tasks, steering and cancel_turn,
+	// turn continuation, plans and session settings.
+	since020 = "0.2.0"
+)
 
-	{StepAwaitUserMessage, StepRunModel, TransitionNext, "a queued message or a plan approval starts a turn"},
-	{StepAwaitUserMessage, StepApplyTurnControl, TransitionNext, "a steer arrives while no turn is active"},
-	{StepAwaitUserMessage, StepAwaitUserMessage, TransitionNext, "a stale plan approval"},
+// graphTransition is a transition and the engine version that first took
+// it.
+type graphTransition struct {
+	Transition
+	since string
+}
 
-	{StepRunModel, StepAwaitUserMessage, TransitionNext, "the model answered and the turn completed"},
-	{StepRunModel, StepRunModel, TransitionNext, "the turn continues with another model call"},
-	{StepRunModel, StepApplyTurnControl, TransitionNext, "the turn was steered or cancelled"},
-	{StepRunModel, StepCompactContext, TransitionNext, "the estimated input crossed the compaction trigger"},
-	{StepRunModel, StepAwaitToolApproval, TransitionNext, "per tool call that needs approval"},
-	{StepRunModel, StepCallTool, TransitionNext, "per read or idempotent_write call"},
-	{StepRunModel, StepCallSingleAttemptTool, TransitionNext, "per non_idempotent_write or unclassified call"},
-	{StepRunModel, StepAwaitQuestionAnswer, TransitionNext, "per ask_user call"},
-	{StepRunModel, StepAwaitTimer, TransitionNext, "per durable_wait call"},
-	{StepRunModel, StepResumeTurn, TransitionNext, "the model requested tool calls"},
-	{StepRunModel, StepRecordTurnFailure, TransitionFailure, "the model call's attempts ran out"},
-	{StepRunModel, StepFinishTurnCancellation, TransitionCancel, "cancel_turn"},
+// transitions are the moves the engine makes between Steps: along the
+// turn's own Steps, and along each tool call's, whose track begins at the
+// RunModel that made the call and ends when its result reaches ResumeTurn.
+// The engine tests trace every move sessions make and hold them to this
+// list, both ways.
+var transitions = []graphTransition{
+	{Transition{StepStartAgentSession, StepRunModel, TransitionNext, "the start input has a non-blank initial message"}, since010},
+	{Transition{StepStartAgentSession, StepAwaitUserMessage, TransitionNext, "no initial message"}, since010},
 
-	{StepCompactContext, StepRunModel, TransitionNext, "the summary is stored"},
-	{StepCompactContext, StepRecordTurnFailure, TransitionFailure, "the summary call's attempts ran out"},
-	{StepCompactContext, StepFinishTurnCancellation, TransitionCancel, "cancel_turn"},
+	{Transition{StepAwaitUserMessage, StepRunModel, TransitionNext, "a queued message, or a plan approval, starts a turn"}, since010},
 
-	{StepAwaitToolApproval, StepCallTool, TransitionNext, "approved read or idempotent_write call"},
-	{StepAwaitToolApproval, StepCallSingleAttemptTool, TransitionNext, "approved non_idempotent_write or unclassified call"},
-	{StepAwaitToolApproval, StepResumeTurn, TransitionResult, "rejected, expired, or cancelled by a steer"},
-	{StepAwaitToolApproval, StepFinishTurnCancellation, TransitionCancel, "cancel_turn"},
+	{Transition{StepRunModel, StepAwaitUserMessage, TransitionNext, "the model answered and the turn completed"}, since010},
+	{Transition{StepRunModel, StepRunModel, TransitionNext, "the turn continues with another model call"}, since020},
+	{Transition{StepRunModel, StepApplyTurnControl, TransitionNext, "the turn was steered or cancelled while its model call ran"}, since020},
+	{Transition{StepRunModel, StepApplyTurnControl, TransitionCancel, "cancel_turn cancelled the model call; its answer is dropped"}, since020},
+	{Transition{StepRunModel, StepCompactContext, TransitionNext, "the estimated input crossed the compaction trigger"}, since020},
+	{Transition{StepRunModel, StepResumeTurn, TransitionNext, "the model requested tool calls"}, since010},
+	{Transition{StepRunModel, StepAwaitToolApproval, TransitionNext, "per tool call that needs approval"}, since010},
+	{Transition{StepRunModel, StepCallTool, TransitionNext, "per read or idempotent_write call"}, since010},
+	{Transition{StepRunModel, StepCallSingleAttemptTool, TransitionNext, "per non_idempotent_write or unclassified call"}, since010},
+	{Transition{StepRunModel, StepAwaitQuestionAnswer, TransitionNext, "per ask_user call"}, since010},
+	{Transition{StepRunModel, StepAwaitTimer, TransitionNext, "per durable_wait call"}, since010},
+	{Transition{StepRunModel, StepResumeTurn, TransitionResult, "per call settled in the model call's commit: write_todos, a built-in call with invalid arguments, a call a planning turn rejects, or a write skipped after one that did not succeed"}, since010},
+	{Transition{StepRunModel, StepRecordTurnFailure, TransitionFailure, "the model call's attempts ran out"}, since010},
+	{Transition{StepRunModel, StepRecordTurnFailure, TransitionNext, "the session's stored messages reached their limit; no model call"}, since020},
 
-	{StepAwaitQuestionAnswer, StepCallTool, TransitionNext, "a tool's question was answered"},
-	{StepAwaitQuestionAnswer, StepCallSingleAttemptTool, TransitionNext, "a tool's question was answered"},
-	{StepAwaitQuestionAnswer, StepPollToolTask, TransitionNext, "a task's question was resolved"},
-	{StepAwaitQuestionAnswer, StepAwaitQuestionAnswer, TransitionNext, "a tool's question is not raised yet"},
-	{StepAwaitQuestionAnswer, StepResumeTurn, TransitionResult, "an ask_user answer, decline, deadline, or steer"},
-	{StepAwaitQuestionAnswer, StepFinishTurnCancellation, TransitionCancel, "cancel_turn"},
+	{Transition{StepCompactContext, StepRunModel, TransitionNext, "the summary is stored"}, since020},
+	{Transition{StepCompactContext, StepApplyTurnControl, TransitionNext, "the turn was steered while the summary call ran"}, since020},
+	{Transition{StepCompactContext, StepApplyTurnControl, TransitionCancel, "cancel_turn cancelled the summary call"}, since020},
+	{Transition{StepCompactContext, StepRecordTurnFailure, TransitionFailure, "the summary call's attempts ran out"}, since020},
 
-	{StepAwaitTimer, StepResumeTurn, TransitionResult, "the timer fired, or a steer cancelled the wait"},
-	{StepAwaitTimer, StepFinishTurnCancellation, TransitionCancel, "cancel_turn"},
+	{Transition{StepAwaitToolApproval, StepCallTool, TransitionNext, "approved read or idempotent_write call"}, since010},
+	{Transition{StepAwaitToolApproval, StepCallSingleAttemptTool, TransitionNext, "approved non_idempotent_write or unclassified call"}, since010},
+	{Transition{StepAwaitToolApproval, StepResumeTurn, TransitionResult, "rejected, expired, steered, or cancelled by cancel_turn"}, since010},
 
-	{StepCallTool, StepAwaitQuestionAnswer, TransitionNext, "the tool asked a question before taking any effect"},
-	{StepCallTool, StepPollToolTask, TransitionNext, "the tool started a task"},
-	{StepCallTool, StepResumeTurn, TransitionResult, "the call succeeded, failed, or was cancelled before it started"},
-	{StepCallTool, StepRecordToolFailure, TransitionFailure, "the call's attempts ran out"},
+	{Transition{StepAwaitQuestionAnswer, StepCallTool, TransitionNext, "a tool's question was resolved"}, since010},
+	{Transition{StepAwaitQuestionAnswer, StepCallSingleAttemptTool, TransitionNext, "a tool's question was resolved"}, since010},
+	{Transition{StepAwaitQuestionAnswer, StepPollToolTask, TransitionNext, "a task's question was resolved"}, since020},
+	{Transition{StepAwaitQuestionAnswer, StepCancelToolTask, TransitionCancel, "cancel_turn abandoned the task that asked"}, since020},
+	{Transition{StepAwaitQuestionAnswer, StepResumeTurn, TransitionResult, "an ask_user answer, decline, deadline, steer or cancel_turn"}, since010},
 
-	{StepCallSingleAttemptTool, StepAwaitQuestionAnswer, TransitionNext, "the tool asked a question before taking any effect"},
-	{StepCallSingleAttemptTool, StepPollToolTask, TransitionNext, "the tool started a task"},
-	{StepCallSingleAttemptTool, StepResumeTurn, TransitionResult, "the call succeeded, failed, or was cancelled before it started"},
-	{StepCallSingleAttemptTool, StepRecordToolOutcomeUnknown, TransitionFailure, "the single attempt failed"},
+	{Transition{StepAwaitTimer, StepResumeTurn, TransitionResult, "the timer fired, or a steer or cancel_turn ended the wait"}, since010},
 
-	{StepPollToolTask, StepPollToolTask, TransitionNext, "the task is still pending"},
-	{StepPollToolTask, StepAwaitQuestionAnswer, TransitionNext, "the task asked for input"},
-	{StepPollToolTask, StepResumeTurn, TransitionResult, "the task finished"},
-	{StepPollToolTask, StepRecordToolFailure, TransitionFailure, "a read or idempotent_write call's poll attempts ran out"},
-	{StepPollToolTask, StepRecordToolOutcomeUnknown, TransitionFailure, "another call's poll attempts ran out"},
-	{StepPollToolTask, StepFinishTurnCancellation, TransitionCancel, "cancel_turn"},
+	{Transition{StepCallTool, StepAwaitQuestionAnswer, TransitionNext, "the tool asked a question before taking any effect"}, since010},
+	{Transition{StepCallTool, StepPollToolTask, TransitionNext, "the tool started a task"}, since020},
+	{Transition{StepCallTool, StepResumeTurn, TransitionResult, "the call succeeded, failed, or was steered or cancelled before it started"}, since010},
+	{Transition{StepCallTool, StepRecordToolFailure, TransitionFailure, "the call's attempts ran out"}, since010},
 
-	{StepRecordToolFailure, StepResumeTurn, TransitionResult, "the record is final"},
-	{StepRecordToolOutcomeUnknown, StepResumeTurn, TransitionResult, "the record is final"},
+	{Transition{StepCallSingleAttemptTool, StepAwaitQuestionAnswer, TransitionNext, "the tool asked a question before taking any effect"}, since010},
+	{Transition{StepCallSingleAttemptTool, StepPollToolTask, TransitionNext, "the tool started a task"}, since020},
+	{Transition{StepCallSingleAttemptTool, StepResumeTurn, TransitionResult, "the call succeeded, failed, or was steered or cancelled before it started"}, since010},
+	{Transition{StepCallSingleAttemptTool, StepRecordToolOutcomeUnknown, TransitionFailure, "the single attempt failed"}, since010},
 
-	{StepResumeTurn, StepRunModel, TransitionNext, "every tool call published its result"},
-	{StepResumeTurn, StepApplyTurnControl, TransitionNext, "the turn was steered or cancelled"},
-	{StepResumeTurn, StepResumeTurn, TransitionNext, "a steer woke the turn's waits, or a result left a record unfinished"},
+	{Transition{StepPollToolTask, StepPollToolTask, TransitionNext, "the task is still running"}, since020},
+	{Transition{StepPollToolTask, StepAwaitQuestionAnswer, TransitionNext, "the task asked for input"}, since020},
+	{Transition{StepPollToolTask, StepResumeTurn, TransitionResult, "the task finished"}, since020},
+	{Transition{StepPollToolTask, StepRecordToolFailure, TransitionFailure, "a read or idempotent_write call's poll attempts ran out"}, since020},
+	{Transition{StepPollToolTask, StepRecordToolOutcomeUnknown, TransitionFailure, "another call's poll attempts ran out"}, since020},
+	{Transition{StepPollToolTask, StepCancelToolTask, TransitionCancel, "cancel_turn abandoned the task; a running poll's result is dropped"}, since020},
 
-	{StepApplyTurnControl, StepRunModel, TransitionNext, "steered messages start the next turn"},
-	{StepApplyTurnControl, StepAwaitUserMessage, TransitionNext, "no steered messages"},
+	{Transition{StepRecordToolFailure, StepResumeTurn, TransitionResult, "the record is final"}, since010},
+	{Transition{StepRecordToolOutcomeUnknown, StepResumeTurn, TransitionResult, "the record is final"}, since010},
 
-	{StepRecordTurnFailure, StepAwaitUserMessage, TransitionNext, "the turn's error is recorded"},
+	{Transition{StepCancelToolTask, StepResumeTurn, TransitionResult, "the call is recorded outcome_unknown"}, since020},
+	{Transition{StepCancelToolTask, StepRecordToolOutcomeUnknown, TransitionFailure, "the cancellation's attempts ran out"}, since020},
 
-	{StepFinishTurnCancellation, StepApplyTurnControl, TransitionNext, "the model call or compaction was cancelled, or the last wait ended"},
-	{StepFinishTurnCancellation, StepCancelToolTask, TransitionNext, "per abandoned tool task"},
+	{Transition{StepResumeTurn, StepRunModel, TransitionNext, "every tool call of the response is final"}, since010},
+	{Transition{StepResumeTurn, StepApplyTurnControl, TransitionNext, "the turn was steered or cancelled"}, since020},
 
-	{StepCancelToolTask, StepResumeTurn, TransitionResult, "the call is recorded outcome_unknown"},
-	{StepCancelToolTask, StepRecordToolOutcomeUnknown, TransitionFailure, "the cancellation's attempts ran out"},
+	{Transition{StepApplyTurnControl, StepRunModel, TransitionNext, "steered messages start the next turn"}, since020},
+	{Transition{StepApplyTurnControl, StepAwaitUserMessage, TransitionNext, "no steered messages"}, since020},
+
+	{Transition{StepRecordTurnFailure, StepAwaitUserMessage, TransitionNext, "the turn's error is recorded"}, since010},
+}
+
+// graphAction is an action and the engine version that first served it.
+type graphAction struct {
+	Action
+	since string
 }
 
 // actions are the requests of the session's client API.
-var actions = []Action{
-	{"start_session", "update", "Starts a session, with an optional first message and settings."},
-	{"send_user_message", "update", "Queues a user message; it starts the next turn."},
-	{"steer_user_message", "update", "Steers the running turn with new text or a queued message."},
-	{"delete_queued_message", "update", "Deletes a message that is still queued."},
-	{"cancel_turn", "update", "Stops the running turn now."},
-	{"resolve_interrupt", "update", "Approves or rejects a tool call, or declines a question."},
-	{"answer_question", "update", "Answers a pending question."},
-	{"execute_plan", "update", "Approves a plan revision and starts executing it."},
-	{"update_session_settings", "update", "Replaces the session settings from the next turn on."},
-	{"get_agent_snapshot", "query", "Reads the session's state, recent messages, interrupts, tool calls, usage and plan."},
-	{"list_agent_messages", "query", "Pages through stored messages, oldest first."},
+var actions = []graphAction{
+	{Action{"start_session", "update", "Starts a session, with an optional first message and settings."}, since010},
+	{Action{"send_user_message", "update", "Queues a user message; it starts the next turn."}, since010},
+	{Action{"steer_user_message", "update", "Steers the running turn with new text or a queued message."}, since020},
+	{Action{"delete_queued_message", "update", "Deletes a message that is still queued."}, since020},
+	{Action{"cancel_turn", "update", "Stops the running turn now."}, since020},
+	{Action{"resolve_interrupt", "update", "Approves or rejects a tool call, or declines a question."}, since010},
+	{Action{"answer_question", "update", "Answers a pending question."}, since010},
+	{Action{"execute_plan", "update", "Approves a plan revision and starts executing it."}, since020},
+	{Action{"update_session_settings", "update", "Replaces the session settings from the next turn on."}, since020},
+	{Action{"get_agent_snapshot", "query", "Reads the session's state, recent messages, interrupts, tool calls, usage and plan."}, since010},
+	{Action{"list_agent_messages", "query", "Pages through stored messages, oldest first."}, since010},
 }
 
-// Graph returns the session Flow graph of a Flow type. Every Flow type has
-// the same Steps; the graph names the Flow type and the engine version so a
-// reader knows which sessions it draws.
-func Graph(flowType, engineVersion string) FlowGraph {
+// Graph returns the session Flow graph that workers of an engine version
+// run for a Flow type: the Steps, transitions and actions that version
+// has. Every Flow type has the same Steps; the graph names the Flow type
+// and the engine version so a reader knows which sessions it draws. An
+// engine version this build does not know has no graph.
+func Graph(flowType, engineVersion string) (FlowGraph, error) {
+	rank, ok := versionRank(engineVersion)
+	if !ok {
+		return FlowGraph{}, fmt.Errorf("engine version %q is not one this build knows (%s)", engineVersion, strings.Join(version.EngineVersions, ", "))
+	}
+	has := func(since string) bool {
+		r, _ := versionRank(since)
+		return r <= rank
+	}
 	g := FlowGraph{
 		Schema:        FlowGraphSchema,
 		FlowType:      flowType,
 		EngineVersion: engineVersion,
 		Start:         StepStartAgentSession,
-		Transitions:   append([]Transition(nil), transitions...),
-		Actions:       append([]Action(nil), actions...),
+	}
+	for _, t := range transitions {
+		if has(t.since) {
+			g.Transitions = append(g.Transitions, t.Transition)
+		}
+	}
+	for _, a := range actions {
+		if has(a.since) {
+			g.Actions = append(g.Actions, a.Action)
+		}
 	}
 	for _, s := range stepSpecs {
+		if !has(s.since) {
+			continue
+		}
 		gs := GraphStep{
 			Name: s.Name, Kind: s.Kind, Input: s.Input, PerToolCall: s.PerToolCall, Summary: s.Summary,
 			FailureRoutes: append([]StepName(nil), s.FailureRoutes...),
@@ -197,7 +241,14 @@ func Graph(flowType, engineVersion string) FlowGraph {
 		}
 		g.Steps = append(g.Steps, gs)
 	}
-	return g
+	return g, nil
+}
+
+// versionRank is an engine version's place among the versions this build
+// knows.
+func versionRank(engineVersion string) (int, bool) {
+	i := slices.Index(version.EngineVersions, engineVersion)
+	return i, i >= 0
 }
 
 // Document encodes the graph as the JSON document that is published, and its

@@ -3,10 +3,27 @@ package session
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/stepwise-run/stepwise/internal/version"
 )
 
+// mustGraph is the graph of a known engine version.
+func mustGraph(t *testing.T, flowType, engineVersion string) FlowGraph {
+	t.Helper()
+	g, err := Graph(flowType, engineVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func TestGraphIsConsistent(t *testing.T) {
-	g := Graph("SupportAgent", "0.1.0")
+	for _, v := range version.EngineVersions {
+		t.Run(v, func(t *testing.T) { checkGraph(t, mustGraph(t, "SupportAgent", v)) })
+	}
+}
+
+func checkGraph(t *testing.T, g FlowGraph) {
 	known := map[StepName]GraphStep{}
 	for _, s := range g.Steps {
 		if _, dup := known[s.Name]; dup {
@@ -61,13 +78,11 @@ func TestGraphIsConsistent(t *testing.T) {
 		if s.Kind == StepKindEffect && (s.MaxAttempts == 0 || len(s.FailureRoutes) == 0) {
 			t.Errorf("effect step %s needs attempts and a failure route", name)
 		}
-		// A cancellable Step leads to FinishTurnCancellation.
-		hasCancel := false
+		// Only a Step that cancel_turn stops moves on a cancel transition.
 		for _, tr := range outgoing[name] {
-			hasCancel = hasCancel || (tr.Kind == TransitionCancel && tr.To == StepFinishTurnCancellation)
-		}
-		if hasCancel != s.Cancellable {
-			t.Errorf("step %s: cancellable %v, cancel transition %v", name, s.Cancellable, hasCancel)
+			if tr.Kind == TransitionCancel && !s.Cancellable {
+				t.Errorf("step %s is not cancellable but has a cancel transition to %s", name, tr.To)
+			}
 		}
 		// Every per-tool-call Step can settle its call: it publishes a result.
 		if s.PerToolCall {
@@ -96,7 +111,7 @@ func TestGraphFollowsTheSeedsStepOptions(t *testing.T) {
 		{StepCancelToolTask, 3, "30s", "", "2m0s"},
 	}
 	steps := map[StepName]GraphStep{}
-	for _, s := range Graph("F", "0.1.0").Steps {
+	for _, s := range mustGraph(t, "F", version.EngineVersion).Steps {
 		steps[s.Name] = s
 	}
 	for _, tt := range tests {
@@ -114,16 +129,16 @@ func TestGraphFollowsTheSeedsStepOptions(t *testing.T) {
 }
 
 func TestGraphDocument(t *testing.T) {
-	doc, digest, err := Graph("SupportAgent", "0.1.0").Document()
+	doc, digest, err := mustGraph(t, "SupportAgent", "0.1.0").Document()
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, digestAgain, _ := Graph("SupportAgent", "0.1.0").Document()
+	again, digestAgain, _ := mustGraph(t, "SupportAgent", "0.1.0").Document()
 	if string(doc) != string(again) || digest != digestAgain {
 		t.Error("the same graph encoded differently")
 	}
-	_, otherFlow, _ := Graph("TriageAgent", "0.1.0").Document()
-	_, otherEngine, _ := Graph("SupportAgent", "0.2.0").Document()
+	_, otherFlow, _ := mustGraph(t, "TriageAgent", "0.1.0").Document()
+	_, otherEngine, _ := mustGraph(t, "SupportAgent", "0.2.0").Document()
 	if otherFlow == digest || otherEngine == digest {
 		t.Error("the digest does not follow the Flow type and engine version")
 	}
@@ -144,7 +159,53 @@ func TestStepLookup(t *testing.T) {
 	if _, ok := Step("NoSuchStep"); ok {
 		t.Error("Step found an unknown name")
 	}
-	if len(Steps()) != 17 {
-		t.Errorf("Steps() = %d steps, want the seed's 17", len(Steps()))
+	if len(Steps()) != 16 {
+		t.Errorf("Steps() = %d steps, want 16", len(Steps()))
+	}
+}
+
+// TestGraphOfEachEngineVersion: the graph an operator publishes is the one
+// of the engine version the workers run, with only the Steps, transitions
+// and actions that version has.
+func TestGraphOfEachEngineVersion(t *testing.T) {
+	has := func(g FlowGraph, step StepName) bool {
+		for _, s := range g.Steps {
+			if s.Name == step {
+				return true
+			}
+		}
+		return false
+	}
+	hasAction := func(g FlowGraph, name string) bool {
+		for _, a := range g.Actions {
+			if a.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	first := mustGraph(t, "F", "0.1.0")
+	for _, step := range []StepName{StepCompactContext, StepPollToolTask, StepApplyTurnControl, StepCancelToolTask} {
+		if has(first, step) {
+			t.Errorf("the 0.1.0 graph has %s, which 0.2.0 brought", step)
+		}
+	}
+	for _, action := range []string{"steer_user_message", "cancel_turn", "update_session_settings", "execute_plan"} {
+		if hasAction(first, action) {
+			t.Errorf("the 0.1.0 graph offers %s, which 0.2.0 brought", action)
+		}
+	}
+	current := mustGraph(t, "F", version.EngineVersion)
+	if len(current.Steps) != len(Steps()) || len(current.Transitions) != len(transitions) || len(current.Actions) != len(actions) {
+		t.Errorf("the current graph has %d steps, %d transitions, %d actions; want all (%d, %d, %d)",
+			len(current.Steps), len(current.Transitions), len(current.Actions), len(Steps()), len(transitions), len(actions))
+	}
+	if current.EngineVersion != version.EngineVersion || first.EngineVersion != "0.1.0" {
+		t.Errorf("graphs name engine versions %q and %q", current.EngineVersion, first.EngineVersion)
+	}
+	for _, unknown := range []string{"9.9.9", "", "v0.1.0", "0.1"} {
+		if _, err := Graph("F", unknown); err == nil {
+			t.Errorf("Graph(%q) has a graph; want an error naming the versions this build knows", unknown)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package session
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -67,7 +69,8 @@ func ParseWriteTodos(arguments string) ([]Todo, error) {
 	if err := json.Unmarshal([]byte(arguments), &obj); err != nil || obj == nil {
 		return nil, invalid("arguments must be a JSON object")
 	}
-	for k := range obj {
+	// Keys in order, so the error names the same key on every replay.
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		if k != "todos" {
 			return nil, invalid(fmt.Sprintf("unknown argument %q", k))
 		}
@@ -94,7 +97,7 @@ func ParseWriteTodos(arguments string) ([]Todo, error) {
 		default:
 			return nil, invalid(fmt.Sprintf("todos[%d].status must be pending, in_progress or completed, not %q", i, t.Status))
 		}
-		for k := range item {
+		for _, k := range slices.Sorted(maps.Keys(item)) {
 			if k != "content" && k != "status" {
 				return nil, invalid(fmt.Sprintf("todos[%d] has an unknown field %q", i, k))
 			}

@@ -6,6 +6,21 @@ import (
 	"testing"
 )
 
+// TestWriteTodosErrorsNameTheSameKeyEveryTime: the error is stored in the
+// session, so it must not follow Go's random map order.
+func TestWriteTodosErrorsNameTheSameKeyEveryTime(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{`{"todos":[],"zeta":1,"beta":2,"alpha":3,"gamma":4,"delta":5}`, `invalid todos: unknown argument "alpha"`},
+		{`{"todos":[{"content":"a","status":"pending","zz":1,"mm":2,"bb":3,"kk":4}]}`, `invalid todos: todos[0] has an unknown field "bb"`},
+	} {
+		for range 50 {
+			if _, err := ParseWriteTodos(c.args); err == nil || err.Error() != c.want {
+				t.Fatalf("ParseWriteTodos(%s) = %v, want %q", c.args, err, c.want)
+			}
+		}
+	}
+}
+
 func TestParseWriteTodos(t *testing.T) {
 	cases := []struct {
 		args    string
@@ -116,8 +131,13 @@ func TestAPlanningTurnRunsOnlyOneWriteTodos(t *testing.T) {
 
 func TestPlanModeMessages(t *testing.T) {
 	s := startedState(t)
-	if _, err := s.Send(SendRequest{Text: "plan", PlanMode: true}); !isRejection(err) || !strings.Contains(err.Error(), "plan mode is not enabled") {
+	if err := s.CheckSend(SendRequest{Text: "plan", PlanMode: true}); !isRejection(err) || !strings.Contains(err.Error(), "plan mode is not enabled") {
 		t.Errorf("a plan_mode message with plan mode off = %v", err)
+	}
+	// The handler decides from the request and the state alone: a request
+	// the validator accepted replays the same after plan mode is turned off.
+	if m, err := s.Send(SendRequest{Text: "plan", PlanMode: true}); err != nil || !m.PlanMode {
+		t.Errorf("Send of an accepted plan_mode message = %+v, %v", m, err)
 	}
 	// While a draft exists, any message plans: feedback revises the draft.
 	s = planningState(t)

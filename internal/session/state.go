@@ -57,7 +57,9 @@ type State struct {
 	PendingPlanExecution int `json:"pendingPlanExecution,omitempty"`
 	// PlanModeEnabled says whether messages may ask for a planning turn. It
 	// is the worker's configuration, set by the engine binding on every run,
-	// not session state.
+	// not session state, so only validators read it: a validator runs when
+	// a request arrives and never on replay, while a handler decides from
+	// the request and the state alone, which the history holds.
 	PlanModeEnabled bool `json:"-"`
 }
 
@@ -114,20 +116,30 @@ type SendRequest struct {
 
 // CheckSend is send_user_message's validator.
 func (s *State) CheckSend(req SendRequest) error {
+	if req.PlanMode && !s.PlanModeEnabled {
+		return reject("plan mode is not enabled for this agent")
+	}
+	return s.checkSendable(req)
+}
+
+// checkSendable holds a message to what the session's state decides.
+func (s *State) checkSendable(req SendRequest) error {
 	switch {
 	case !s.Started:
 		return reject("the session has not started")
 	case strings.TrimSpace(req.Text) == "":
 		return reject("the message text is blank")
-	case req.PlanMode && !s.PlanModeEnabled:
-		return reject("plan mode is not enabled for this agent")
 	}
 	return nil
 }
 
 // Send is send_user_message: the message waits for the running turn to end.
+// It runs once CheckSend accepted the request, and again whenever a worker
+// replays the session, so it reads nothing but the request and the state:
+// a plan-mode message CheckSend accepted stays accepted after the Agent
+// turns plan mode off.
 func (s *State) Send(req SendRequest) (UserMessage, error) {
-	if err := s.CheckSend(req); err != nil {
+	if err := s.checkSendable(req); err != nil {
 		return UserMessage{}, err
 	}
 	m := s.queue(req.Text)

@@ -26,7 +26,6 @@ const (
 	StepResumeTurn               StepName = "ResumeTurn"
 	StepApplyTurnControl         StepName = "ApplyTurnControl"
 	StepRecordTurnFailure        StepName = "RecordTurnFailure"
-	StepFinishTurnCancellation   StepName = "FinishTurnCancellation"
 	StepCancelToolTask           StepName = "CancelToolTask"
 )
 
@@ -96,12 +95,14 @@ type StepSpec struct {
 	// FailureRoutes are the Steps that record the outcome when the attempts
 	// run out; a tool Step's effect class chooses between two.
 	FailureRoutes []StepName `json:"failureRoutes,omitempty"`
-	// Cancellable is true when cancel_turn stops the Step and moves the
-	// session to FinishTurnCancellation.
+	// Cancellable is true when cancel_turn stops the Step: a model call's
+	// answer is dropped, a wait ends rejected, a task is abandoned.
 	Cancellable bool `json:"cancellable,omitempty"`
 	// WaitsForPerson is true when a session in this Step waits for a person;
 	// such sessions are found by searching the Steps they wait in.
 	WaitsForPerson bool `json:"waitsForPerson,omitempty"`
+	// since is the engine version that first ran the Step.
+	since string
 }
 
 const (
@@ -120,87 +121,83 @@ var modelRetry = RetryPolicy{MaxAttempts: effectAttempts, Within: modelRetryWith
 // stepSpecs lists every Step in the order the graph shows them.
 var stepSpecs = []StepSpec{
 	{
-		Name: StepStartAgentSession, Kind: StepKindStart, Input: StepInputStart,
+		Name: StepStartAgentSession, Kind: StepKindStart, Input: StepInputStart, since: since010,
 		Summary: "Initializes state, usage, interrupts and session settings; a non-blank initial message starts the first turn.",
 	},
 	{
-		Name: StepAwaitUserMessage, Kind: StepKindWait, Input: StepInputNone,
+		Name: StepAwaitUserMessage, Kind: StepKindWait, Input: StepInputNone, since: since010,
 		Summary: "Waits for a turn control request, a queued user message, or the approval of the current plan revision, in that order, and starts a chat, planning or executing turn.",
 	},
 	{
-		Name: StepRunModel, Kind: StepKindEffect, Input: StepInputNone,
+		Name: StepRunModel, Kind: StepKindEffect, Input: StepInputNone, since: since010,
 		Summary:        "Makes exactly one model call from committed state and records its answer, or the tool calls it requested with their records and interrupts.",
 		AttemptTimeout: modelAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout, Retry: &modelRetry,
 		FailureRoutes: []StepName{StepRecordTurnFailure}, Cancellable: true,
 	},
 	{
-		Name: StepCompactContext, Kind: StepKindEffect, Input: StepInputThroughSeq,
+		Name: StepCompactContext, Kind: StepKindEffect, Input: StepInputThroughSeq, since: since020,
 		Summary:        "Summarizes the messages through a cut point with one model call and stores the summary.",
 		AttemptTimeout: modelAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout, Retry: &modelRetry,
 		FailureRoutes: []StepName{StepRecordTurnFailure}, Cancellable: true,
 	},
 	{
-		Name: StepAwaitToolApproval, Kind: StepKindWait, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepAwaitToolApproval, Kind: StepKindWait, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary:     "Waits for a person to approve or reject a tool call, or for its deadline on the engine's clock.",
 		Cancellable: true, WaitsForPerson: true,
 	},
 	{
-		Name: StepAwaitQuestionAnswer, Kind: StepKindWait, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepAwaitQuestionAnswer, Kind: StepKindWait, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary:     "Waits for the answer to an ask_user question or to a question a tool asked, a decline, or the deadline.",
 		Cancellable: true, WaitsForPerson: true,
 	},
 	{
-		Name: StepAwaitTimer, Kind: StepKindWait, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepAwaitTimer, Kind: StepKindWait, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary:     "Waits on an engine timer for a durable_wait call; no worker holds the wait.",
 		Cancellable: true,
 	},
 	{
-		Name: StepCallTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepCallTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary:        "Runs one read or idempotent_write tool call with the call's idempotency key, retried with the same key.",
 		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: effectAttempts},
 		FailureRoutes: []StepName{StepRecordToolFailure},
 	},
 	{
-		Name: StepCallSingleAttemptTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepCallSingleAttemptTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary:        "Runs one non_idempotent_write or unclassified tool call once; a failure records outcome_unknown.",
 		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: 1},
 		FailureRoutes: []StepName{StepRecordToolOutcomeUnknown},
 	},
 	{
-		Name: StepPollToolTask, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepPollToolTask, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since020,
 		Summary:        "Waits on a timer, then polls a tool task once: its result, a question, or the next interval.",
 		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: effectAttempts},
 		FailureRoutes: []StepName{StepRecordToolFailure, StepRecordToolOutcomeUnknown}, Cancellable: true,
 	},
 	{
-		Name: StepRecordToolFailure, Kind: StepKindFailureRoute, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepRecordToolFailure, Kind: StepKindFailureRoute, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary: "Records failed for a read and outcome_unknown for a write whose attempts ran out; failed with the not-run prefix when no attempt reached a worker.",
 	},
 	{
-		Name: StepRecordToolOutcomeUnknown, Kind: StepKindFailureRoute, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepRecordToolOutcomeUnknown, Kind: StepKindFailureRoute, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary: "Records outcome_unknown for a single-attempt call that failed; failed with the not-run prefix when no attempt reached a worker.",
 	},
 	{
-		Name: StepResumeTurn, Kind: StepKindWait, Input: StepInputResultCount,
+		Name: StepResumeTurn, Kind: StepKindWait, Input: StepInputResultCount, since: since010,
 		Summary: "Waits for every tool call of the response to publish its result, or for a steer or cancellation.",
 	},
 	{
-		Name: StepApplyTurnControl, Kind: StepKindControl, Input: StepInputNone,
+		Name: StepApplyTurnControl, Kind: StepKindControl, Input: StepInputNone, since: since020,
 		Summary: "Ends a steered or cancelled turn with its unfinished-turn messages or a note, and starts the next turn with the steered messages.",
 	},
 	{
-		Name: StepRecordTurnFailure, Kind: StepKindFailureRoute, Input: StepInputFailingStepArg,
+		Name: StepRecordTurnFailure, Kind: StepKindFailureRoute, Input: StepInputFailingStepArg, since: since010,
 		Summary: "Records the turn's error and, when tool calls ran, a note listing them so the next turn does not repeat a write.",
 	},
 	{
-		Name: StepFinishTurnCancellation, Kind: StepKindControl, Input: StepInputTurnID,
-		Summary: "Records cancelled waits as rejected, hands started tool tasks to CancelToolTask, and ends the turn.",
-	},
-	{
-		Name: StepCancelToolTask, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true,
+		Name: StepCancelToolTask, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since020,
 		Summary:        "Asks the tool to cancel an abandoned task, best-effort, and records outcome_unknown.",
 		AttemptTimeout: 30 * time.Second, Retry: &RetryPolicy{MaxAttempts: effectAttempts, Within: 2 * time.Minute},
 		FailureRoutes: []StepName{StepRecordToolOutcomeUnknown},

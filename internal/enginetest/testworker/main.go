@@ -91,6 +91,18 @@ func main() {
 			}
 			return agent.ScriptedReply{Text: "results: " + strings.Join(parts, "; ")}, nil
 		}
+		// "plan: a; b" writes a plan of pending tasks; the message that
+		// executes an approved plan completes every task.
+		if _, tasks, ok := strings.Cut(last, "plan: "); ok && !strings.Contains(last, "approved plan revision") {
+			return writeTodos(strings.Split(tasks, ";"), "pending"), nil
+		}
+		if strings.Contains(last, "approved plan revision") {
+			for i := len(texts) - 1; i >= 0; i-- {
+				if _, tasks, ok := strings.Cut(texts[i], "plan: "); ok {
+					return writeTodos(strings.Split(tasks, ";"), "completed"), nil
+				}
+			}
+		}
 		// "ask: <question>" asks the user; "wait: <seconds>" waits durably.
 		if _, question, ok := strings.Cut(last, "ask: "); ok {
 			return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "q1", Name: "ask_user",
@@ -115,6 +127,15 @@ func main() {
 		return agent.ScriptedReply{Text: "echo: " + last}, nil
 	}
 	worker.Main(worker.Options{Tools: tools, Scripts: map[string]agent.Script{"test": script}})
+}
+
+// writeTodos is one write_todos call with every task in one status.
+func writeTodos(contents []string, status string) agent.ScriptedReply {
+	todos := make([]map[string]string, 0, len(contents))
+	for _, c := range contents {
+		todos = append(todos, map[string]string{"content": strings.TrimSpace(c), "status": status})
+	}
+	return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "p1", Name: "write_todos", Arguments: map[string]any{"todos": todos}}}}
 }
 
 type reportPoller struct {
