@@ -230,7 +230,9 @@ func TestAReadToolThatAsksRunsInCallToolAgain(t *testing.T) {
 		agent.ScriptedReply{Text: "done"},
 	)
 	h := newHarness(t, agent.Definition{Name: "t", Model: model, Tools: []agent.Tool{lookup}})
-	h.then(func() { h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "7"}, true) })
+	h.then(func() {
+		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "7"}, true)
+	})
 	h.then(func() {
 		if got := h.snapshot().Messages[2].Text; got != "order 7" {
 			t.Errorf("result = %q", got)
