@@ -6,6 +6,7 @@ ETCD_VERSION           := $(call tool_version,etcd,go.etcd.io/etcd/server/v3)
 CONTROLLER_GEN_VERSION := $(call tool_version,controller-gen,sigs.k8s.io/controller-tools)
 GOLANGCI_LINT_VERSION  := $(call tool_version,golangci-lint,github.com/golangci/golangci-lint/v2)
 TEMPORAL_VERSION       := $(call tool_version,temporal,github.com/temporalio/cli)
+WORKFLOWCHECK_VERSION  := $(call tool_version,workflowcheck,go.temporal.io/sdk/contrib/tools/workflowcheck)
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -14,6 +15,7 @@ KUBE_DIR       := $(BIN)/kube-$(KUBE_VERSION)
 ETCD_DIR       := $(BIN)/etcd-$(ETCD_VERSION)
 ENVTEST_ASSETS := $(BIN)/envtest-k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
 TEMPORAL       := $(BIN)/temporal-$(TEMPORAL_VERSION)/temporal
+WORKFLOWCHECK  := $(BIN)/workflowcheck-$(WORKFLOWCHECK_VERSION)
 # The reference MCP servers, from npm, cached by the digest of their lock.
 MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
 
@@ -59,8 +61,9 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+lint: $(GOLANGCI_LINT) $(WORKFLOWCHECK) ## Run golangci-lint, and workflowcheck over the workflow code.
 	$(GOLANGCI_LINT) run ./...
+	$(WORKFLOWCHECK) -config hack/workflowcheck.yaml ./...
 
 .PHONY: test
 test: verify-gen vet lint envtest temporal mcp-servers ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server, Temporal dev server and MCP servers.
@@ -137,3 +140,6 @@ $(CONTROLLER_GEN):
 
 $(GOLANGCI_LINT):
 	cd hack/tools/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+$(WORKFLOWCHECK):
+	cd hack/tools/workflowcheck && go build -o $@ go.temporal.io/sdk/contrib/tools/workflowcheck

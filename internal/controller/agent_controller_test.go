@@ -16,6 +16,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -97,7 +98,11 @@ var _ = Describe("Agent reconciler", func() {
 		var graphDoc map[string]any
 		Expect(json.Unmarshal([]byte(graph.Data[render.GraphFileName]), &graphDoc)).To(Succeed())
 		Expect(graphDoc).To(HaveKeyWithValue("flowType", agent.Spec.FlowType))
-		Expect(graphDoc["steps"]).To(HaveLen(17))
+		// The graph of the engine the workers run, not the operator's own.
+		workersGraph, err := session.Graph(agent.Spec.FlowType, stockEngineVersion)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(graphDoc).To(HaveKeyWithValue("engineVersion", stockEngineVersion))
+		Expect(graphDoc["steps"]).To(HaveLen(len(workersGraph.Steps)))
 		Expect(conditionOf(agent, agentsv1.ConditionWorkersAvailable)(Default)).
 			To(haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonDeploymentUnavailable))
 	})
@@ -307,6 +312,19 @@ var _ = Describe("Agent reconciler", func() {
 
 			create(secretFixture(ns, "absent", map[string]string{"token": "t"}))
 			expectReady(ts, agent)
+		})
+
+		It("refuses workers of an engine version the operator does not know, and applies nothing", func() {
+			agent := agentFixture(ns, "future-engine", func(a *agentsv1.Agent) {
+				a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:9", EngineVersion: "9.0.0"}
+			})
+			create(agent)
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonUnknownEngineVersion),
+				HaveField("Message", ContainSubstring(`spec.workers.engineVersion "9.0.0" is not an engine version this operator knows`))))
+			Consistently(func() error {
+				return k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &appsv1.Deployment{})
+			}, "2s").Should(Satisfy(apierrors.IsNotFound))
 		})
 
 		It("reports a missing MediaStore and a Secret without the referenced key", func() {

@@ -239,6 +239,13 @@ func TestResolveBlockers(t *testing.T) {
 			}),
 			wantReason: agentsv1.ReasonSecretNotFound, wantMessage: `spec.workers.env[CRM_TOKEN].valueFrom.secretKeyRef: Secret "crm" does not exist`,
 		},
+		{
+			name: "workers of an engine version the operator does not know",
+			agent: testAgent(func(a *agentsv1.Agent) {
+				a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:next", EngineVersion: "9.0.0"}
+			}),
+			wantReason: agentsv1.ReasonUnknownEngineVersion, wantMessage: `spec.workers.engineVersion "9.0.0" is not an engine version this operator knows`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -337,5 +338,36 @@ func TestGraph(t *testing.T) {
 	}
 	if g.ConfigMap.Annotations[AnnotationGraphDigest] != g.Digest || *g.ConfigMap.Name != "support-session-graph" {
 		t.Errorf("graph ConfigMap %s digest %s", *g.ConfigMap.Name, g.ConfigMap.Annotations[AnnotationGraphDigest])
+	}
+}
+
+// TestGraphIsTheWorkersEngineVersions: the operator publishes the graph of
+// the engine its workers run, which may be older than its own.
+func TestGraphIsTheWorkersEngineVersions(t *testing.T) {
+	steps := func(engineVersion string) []string {
+		g, err := Graph(testAgent(), engineVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Steps []struct{ Name string } `json:"steps"`
+		}
+		if err := json.Unmarshal([]byte(g.ConfigMap.Data["graph.json"]), &doc); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range doc.Steps {
+			names = append(names, s.Name)
+		}
+		return names
+	}
+	if old := steps("0.1.0"); slices.Contains(old, "ApplyTurnControl") || slices.Contains(old, "PollToolTask") {
+		t.Errorf("the 0.1.0 graph has Steps 0.2.0 brought: %v", old)
+	}
+	if current := steps(version.EngineVersion); !slices.Contains(current, "ApplyTurnControl") || slices.Contains(current, "FinishTurnCancellation") {
+		t.Errorf("the current graph's Steps = %v", current)
+	}
+	if _, err := Graph(testAgent(), "9.0.0"); err == nil {
+		t.Error("Graph published a graph for an engine version this build does not know")
 	}
 }

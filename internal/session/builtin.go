@@ -63,6 +63,12 @@ func invalidBuiltIn(tool agent.BuiltInTool, reason string) error {
 	return fmt.Errorf("invalid %s arguments: %s", tool, reason)
 }
 
+// sortedKeys is the keys of a map in order. Workflow code ranges over
+// these, never over a map, whose order Go randomizes.
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m)) //workflowcheck:ignore the keys are sorted before anyone reads them
+}
+
 // decodeObject decodes built-in arguments, treating null as absent because
 // providers in strict-schema mode send null for optional arguments.
 func decodeObject(tool agent.BuiltInTool, arguments string, allowed ...string) (map[string]json.RawMessage, error) {
@@ -71,7 +77,7 @@ func decodeObject(tool agent.BuiltInTool, arguments string, allowed ...string) (
 		return nil, invalidBuiltIn(tool, "arguments must be a JSON object")
 	}
 	// Sorted, so the argument an error names never depends on map order.
-	for _, k := range slices.Sorted(maps.Keys(obj)) {
+	for _, k := range sortedKeys(obj) {
 		v := obj[k]
 		if string(v) == "null" {
 			delete(obj, k)

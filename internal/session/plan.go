@@ -3,8 +3,6 @@ package session
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 )
 
@@ -70,7 +68,7 @@ func ParseWriteTodos(arguments string) ([]Todo, error) {
 		return nil, invalid("arguments must be a JSON object")
 	}
 	// Keys in order, so the error names the same key on every replay.
-	for _, k := range slices.Sorted(maps.Keys(obj)) {
+	for _, k := range sortedKeys(obj) {
 		if k != "todos" {
 			return nil, invalid(fmt.Sprintf("unknown argument %q", k))
 		}
@@ -97,7 +95,7 @@ func ParseWriteTodos(arguments string) ([]Todo, error) {
 		default:
 			return nil, invalid(fmt.Sprintf("todos[%d].status must be pending, in_progress or completed, not %q", i, t.Status))
 		}
-		for _, k := range slices.Sorted(maps.Keys(item)) {
+		for _, k := range sortedKeys(item) {
 			if k != "content" && k != "status" {
 				return nil, invalid(fmt.Sprintf("todos[%d] has an unknown field %q", i, k))
 			}
