@@ -345,11 +345,15 @@ type LimitsSpec struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.apiKeySecretRef) || has(self.tls)",message="tls is required with apiKeySecretRef: the API key must not travel in clear text",fieldPath=".tls"
 type EngineSpec struct {
-	// Address is the host:port of the Temporal frontend.
+	// Address is the host:port of the Temporal frontend: a host name, an
+	// IPv4 address or a bracketed IPv6 address, and a port. The port is
+	// required: without one the worker's gRPC client would dial 443, not
+	// Temporal's 7233. Flow type claims compare addresses case-insensitively,
+	// without a trailing dot and with the port as a number.
 	// +required
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:Pattern=`^[^\s/]+:[0-9]{1,5}$`
+	// +kubebuilder:validation:Pattern=`^([^\s/:\[\]@]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$`
 	// +kubebuilder:validation:XValidation:rule="int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535",message="address must end in a port from 1 to 65535"
 	Address string `json:"address"`
 
@@ -504,12 +508,16 @@ type AgentStatus struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// Replicas is the number of worker pods, of any version.
+	// Replicas is the number of worker pods, of any version. A pass that
+	// could not read the workers leaves it as it was.
 	// +optional
+	// +kubebuilder:default=0
 	Replicas int32 `json:"replicas"`
 
-	// ReadyReplicas is the number of ready worker pods.
+	// ReadyReplicas is the number of ready worker pods. A pass that could
+	// not read the workers leaves it as it was.
 	// +optional
+	// +kubebuilder:default=0
 	ReadyReplicas int32 `json:"readyReplicas"`
 
 	// Selector is the label selector of the worker pods, for the scale
@@ -564,8 +572,11 @@ type Agent struct {
 	// +required
 	Spec AgentSpec `json:"spec"`
 
-	// Status is what the operator observed and applied.
+	// Status is what the operator observed and applied. It defaults to an
+	// empty status, so replicas and readyReplicas read 0 before the first
+	// pass.
 	// +optional
+	// +kubebuilder:default={}
 	Status AgentStatus `json:"status,omitempty"`
 }
 

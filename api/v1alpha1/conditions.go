@@ -41,6 +41,17 @@ const (
 	ReasonSecretNotFound = "SecretNotFound"
 	// ReasonSecretKeyNotFound: a referenced Secret lacks the referenced key.
 	ReasonSecretKeyNotFound = "SecretKeyNotFound"
+	// ReasonSecretValueInvalid: a referenced Secret key holds a value its
+	// use can never carry, such as a line break in an HTTP header value or a
+	// NUL byte in an environment variable. The message names the field, the
+	// Secret and the key, never the value.
+	ReasonSecretValueInvalid = "SecretValueInvalid"
+	// ReasonHostPathNotAllowed: a MediaStore's localDirectory has no
+	// persistentVolumeClaimName and its root is not one of the host
+	// directories the operator allows for hostPath volumes
+	// (--media-host-path-roots), or lies under none of them. Agents that use
+	// the store are not applied, so no worker pod mounts the node's directory.
+	ReasonHostPathNotAllowed = "HostPathNotAllowed"
 	// ReasonEngineNotConfigured: the Agent names no engine and the operator has
 	// no default engine.
 	ReasonEngineNotConfigured = "EngineNotConfigured"

@@ -74,6 +74,10 @@ type S3MediaStore struct {
 // other than ASCII letters, digits, "-._~" and "/" percent-encoded.
 type LocalDirectoryMediaStore struct {
 	// Root is the directory's absolute path, without a trailing slash.
+	// Worker pods mount the store read-write at this path, so it may not be
+	// a system directory or lie under one: /bin, /boot, /dev, /efi, /etc,
+	// /home, /lib*, /nix, /opt, /proc, /root, /run, /sbin, /snap, /sys,
+	// /tmp, /usr and /var are refused, whatever the store's volume.
 	//
 	// The length rule counts the URI's bytes: 79 fixed bytes and the
 	// percent-encoded root.
@@ -81,16 +85,20 @@ type LocalDirectoryMediaStore struct {
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/.*[^/]$`
-	// +kubebuilder:validation:XValidation:rule="!self.contains('//') && !self.contains('/./') && !self.endsWith('/.') && !self.contains('/../') && !self.endsWith('/..')",message="root must be a clean absolute path, without empty, '.' or '..' segments"
-	// +kubebuilder:validation:XValidation:rule="!(self in ['/tmp', '/etc/stepwise/worker', '/etc/stepwise/engine-tls'])",message="root may not be /tmp, /etc/stepwise/worker or /etc/stepwise/engine-tls: worker pods mount their own volumes there"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('//') && !self.contains('/./') && !self.endsWith('/.') && !self.contains('/../') && !self.endsWith('/..') && !self.matches(r'[\\x00-\\x1f\\x7f]')",message="root must be a clean absolute path, without empty, '.' or '..' segments, a trailing slash or control characters"
+	// +kubebuilder:validation:XValidation:rule="!self.matches(r'^/lib[^/]*(/|$)') && !['/bin', '/boot', '/dev', '/efi', '/etc', '/home', '/nix', '/opt', '/proc', '/root', '/run', '/sbin', '/snap', '/sys', '/tmp', '/usr', '/var'].exists(d, self == d || self.startsWith(d + '/'))",message="root may not be a system directory or lie under one (/bin, /boot, /dev, /efi, /etc, /home, /lib*, /nix, /opt, /proc, /root, /run, /sbin, /snap, /sys, /tmp, /usr, /var): worker pods mount the store read-write at root"
 	// +kubebuilder:validation:XValidation:rule="79 + size(self) + 2 * size(self.findAll('[^A-Za-z0-9._~/-]')) + 3 * size(self.findAll(r'[\\x{80}-\\x{10FFFF}]')) + 3 * size(self.findAll(r'[\\x{800}-\\x{10FFFF}]')) + 3 * size(self.findAll(r'[\\x{10000}-\\x{10FFFF}]')) <= 1024",message="root makes image URIs (file://<percent-encoded root>/sha256/<64 hex digits>) longer than 1024 bytes"
 	Root string `json:"root"`
 
-	// PersistentVolumeClaimName mounts this PersistentVolumeClaim at root in
-	// every worker pod. Unset, worker pods mount root from their node
-	// (hostPath), which suits single-node clusters only.
+	// PersistentVolumeClaimName mounts this PersistentVolumeClaim, in the
+	// MediaStore's namespace, at root in every worker pod. Unset, worker pods
+	// mount the node's directory root (hostPath), which suits single-node
+	// clusters only, and only where the operator allows host directories
+	// (--media-host-path-roots): root must be one of them or lie under one,
+	// or the MediaStore is not Ready (HostPathNotAllowed).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	PersistentVolumeClaimName string `json:"persistentVolumeClaimName,omitempty"`
 }
 

@@ -95,15 +95,23 @@ type MCPServer struct {
 // MCPStdio is an MCP server run as a process.
 type MCPStdio struct {
 	// Command is the executable, a path or a name on the worker image's PATH.
+	// It is run as given, never through a shell, so it may not start or end
+	// with whitespace or contain control characters: no executable is named
+	// so.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.matches(r'^\\s|\\s$')",message="command may not start or end with whitespace: it names an executable and is run without a shell"
+	// +kubebuilder:validation:XValidation:rule="!self.matches(r'[\\x00-\\x1f\\x7f]')",message="command may not contain control characters"
 	Command string `json:"command"`
 
-	// Args are the command's arguments.
+	// Args are the command's arguments. An argument may not contain a NUL
+	// byte, which no process argument can carry.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=32768
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.contains('\\u0000'))",message="args may not contain NUL characters: no process argument can carry one"
 	Args []string `json:"args,omitempty"`
 
 	// Env sets environment variables of the server process.
@@ -116,10 +124,11 @@ type MCPStdio struct {
 
 // MCPStreamableHTTP is an MCP server reached over Streamable HTTP.
 type MCPStreamableHTTP struct {
-	// URL is the server's MCP endpoint.
+	// URL is the server's MCP endpoint: an http or https URL with a host.
 	// +required
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getHostname() != ''",message="url must be an http or https URL with a host"
 	URL string `json:"url"`
 
 	// Headers are sent with every request, such as Authorization from a
@@ -143,9 +152,12 @@ type ValueVar struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
 	Name string `json:"name"`
 
-	// Value given inline. Do not put secrets here; use valueFrom.
+	// Value given inline. Do not put secrets here; use valueFrom. It may not
+	// contain a NUL byte, which no environment variable can carry; a value
+	// from a Secret is checked by the operator and the worker instead.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="value may not contain NUL characters: no environment variable can carry one"
 	Value *string `json:"value,omitempty"`
 
 	// ValueFrom takes the value from a Secret.
@@ -157,20 +169,25 @@ type ValueVar struct {
 //
 // +kubebuilder:validation:XValidation:rule="has(self.value) != has(self.valueFrom)",message="exactly one of value or valueFrom must be set"
 type HTTPHeader struct {
-	// Name of the header.
+	// Name of the header, an HTTP token.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
 	Name string `json:"name"`
 
-	// Value given inline. Do not put secrets here; use valueFrom.
+	// Value given inline. Do not put secrets here; use valueFrom. It may not
+	// contain control characters other than tab, such as CR or LF, which no
+	// HTTP header value can carry; a value from a Secret is checked by the
+	// operator and the worker instead.
 	// +optional
 	// +kubebuilder:validation:MaxLength=8192
+	// +kubebuilder:validation:XValidation:rule="!self.matches(r'[\\x00-\\x08\\x0a-\\x1f\\x7f]')",message="value may not contain control characters such as CR or LF: an HTTP header value cannot carry them"
 	Value *string `json:"value,omitempty"`
 
 	// ValueFrom takes the value from a Secret, such as "Bearer <token>" for
-	// an Authorization header.
+	// an Authorization header. A value with control characters, such as a
+	// trailing newline, leaves the ToolSource not Ready (SecretValueInvalid).
 	// +optional
 	ValueFrom *SecretValueSource `json:"valueFrom,omitempty"`
 }

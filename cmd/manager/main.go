@@ -36,6 +36,7 @@ func run() error {
 		engineTLSSecret, engineServer  string
 		engineAPIKey                   string
 		workerImage                    string
+		mediaHostPathRoots             string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
@@ -51,12 +52,19 @@ func run() error {
 		"NAME/KEY of a Secret, in each Agent's namespace, holding an API key for the default engine; needs TLS.")
 	flag.StringVar(&workerImage, "worker-image", "ghcr.io/stepwise-run/agent-worker:"+version.Operator,
 		"The stock worker image, for Agents without spec.workers.image.")
+	flag.StringVar(&mediaHostPathRoots, "media-host-path-roots", "",
+		"Comma-separated host directories that localDirectory MediaStores without a PersistentVolumeClaim may mount into worker pods "+
+			"(hostPath), each with everything under it; empty means none, so such MediaStores are not Ready. System directories are refused.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 
-	defaults := render.Defaults{WorkerImage: workerImage, WorkerEngineVersion: version.EngineVersion}
+	roots, err := render.ParseHostPathRoots(mediaHostPathRoots)
+	if err != nil {
+		return fmt.Errorf("--media-host-path-roots: %w", err)
+	}
+	defaults := render.Defaults{WorkerImage: workerImage, WorkerEngineVersion: version.EngineVersion, MediaHostPathRoots: roots}
 	if engineAddress != "" {
 		engine, err := defaultEngine(engineAddress, engineNamespace, engineTLS, engineTLSSecret, engineServer, engineAPIKey)
 		if err != nil {
@@ -95,13 +103,16 @@ func run() error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("starting the operator", "version", version.Operator, "engineVersion", version.EngineVersion,
-		"defaultEngine", engineAddress)
+		"defaultEngine", engineAddress, "mediaHostPathRoots", roots)
 	return mgr.Start(ctx)
 }
 
 // defaultEngine builds the engine of Agents without spec.engine from the
 // flags, with the same rules the API applies to spec.engine.
 func defaultEngine(address, namespace string, useTLS bool, tlsSecret, serverName, apiKey string) (*agentsv1.EngineSpec, error) {
+	if err := render.CheckEngineAddress(address); err != nil {
+		return nil, fmt.Errorf("--default-engine-address: %w", err)
+	}
 	engine := &agentsv1.EngineSpec{Address: address, Namespace: namespace}
 	if useTLS || tlsSecret != "" || serverName != "" {
 		engine.TLS = &agentsv1.EngineTLS{ServerName: serverName}

@@ -75,7 +75,10 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 		log.FromContext(ctx).Info("Agent not applied", "reason", pass.blocker.Reason, "message", pass.blocker.Message)
 	}
 	if err := r.observeWorkers(ctx, agent, &pass); err != nil {
-		return ctrl.Result{}, errors.Join(pass.err, err)
+		// Status keeps what could not be read, and Ready says why; nothing
+		// is pruned or scaled on a partial view.
+		pass.err = errors.Join(pass.err, err)
+		return ctrl.Result{}, pass.err
 	}
 	if pass.applied {
 		if err := r.pruneConfigMaps(ctx, agent, &pass); err != nil {
@@ -143,9 +146,11 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if pass.deployment, err = render.Convert[appsv1.Deployment](worker.Deployment); err != nil {
 		return err
 	}
+	pass.observed.deployment = true
 	if pass.graph, err = r.publishGraph(ctx, agent, graph); err != nil {
 		return err
 	}
+	pass.observed.graph = true
 	pass.applied = true
 	return nil
 }
@@ -241,9 +246,10 @@ func (r *AgentReconciler) publishGraph(ctx context.Context, agent *agentsv1.Agen
 }
 
 // observeWorkers reads, for status, the worker Deployment and the graph
-// ConfigMap that this pass did not apply, and the Deployment's ReplicaSets.
+// ConfigMap that this pass did not apply, and the Deployment's ReplicaSets,
+// and records in pass.observed what it read.
 func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Agent, pass *agentPass) error {
-	if pass.graph == nil {
+	if !pass.observed.graph {
 		graph := &corev1.ConfigMap{}
 		found, err := r.getOwned(ctx, agent, render.GraphConfigMapName(agent.Name), graph)
 		if err != nil {
@@ -252,13 +258,22 @@ func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Ag
 		if found {
 			pass.graph = graph
 		}
+		pass.observed.graph = true
 	}
-	if pass.deployment == nil {
+	if !pass.observed.deployment {
 		deployment := &appsv1.Deployment{}
-		if found, err := r.getOwned(ctx, agent, render.WorkerName(agent.Name), deployment); err != nil || !found {
+		found, err := r.getOwned(ctx, agent, render.WorkerName(agent.Name), deployment)
+		if err != nil {
 			return err
 		}
-		pass.deployment = deployment
+		if found {
+			pass.deployment = deployment
+		}
+		pass.observed.deployment = true
+	}
+	if pass.deployment == nil {
+		pass.observed.replicaSets = true // no Deployment, no ReplicaSets of it
+		return nil
 	}
 	var replicaSets appsv1.ReplicaSetList
 	if err := r.List(ctx, &replicaSets, client.InNamespace(agent.Namespace), client.MatchingLabels(render.SelectorLabels(agent.Name))); err != nil {
@@ -269,6 +284,7 @@ func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Ag
 			pass.replicaSets = append(pass.replicaSets, rs)
 		}
 	}
+	pass.observed.replicaSets = true
 	return nil
 }
 

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"time"
 
@@ -327,6 +328,30 @@ var _ = Describe("Agent reconciler", func() {
 			}, "2s").Should(Satisfy(apierrors.IsNotFound))
 		})
 
+		It("reports a ToolSource header Secret whose value no HTTP header can carry, and never the value", func() {
+			create(secretFixture(ns, "tickets", map[string]string{"token": "Bearer t0ken-value\n"}))
+			ts := toolSourceFixture(ns, "tickets", withHeaderFromSecret("Authorization", "tickets", "token"))
+			agent := agentFixture(ns, "ts-value", withToolSources("tickets"))
+			create(ts, agent)
+			Eventually(conditionOf(ts, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonSecretValueInvalid),
+				HaveField("ObservedGeneration", ts.Generation),
+				HaveField("Message", ContainSubstring(`spec.mcp.streamableHTTP.headers[Authorization].valueFrom.secretKeyRef: `+
+					`the value of key "token" in Secret "tickets" contains a control character, such as CR or LF, which an HTTP header value cannot carry`)),
+				HaveField("Message", Not(ContainSubstring("t0ken-value")))))
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotReady),
+				HaveField("Message", ContainSubstring(`ToolSource "tickets" is not Ready (SecretValueInvalid`)),
+				HaveField("Message", Not(ContainSubstring("t0ken-value")))))
+			err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &appsv1.Deployment{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue())
+
+			secret := &corev1.Secret{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "tickets"}, secret)).To(Succeed())
+			Expect(change(secret, func(s *corev1.Secret) { s.Data = map[string][]byte{"token": []byte("Bearer t0ken-value")} })).To(Succeed())
+			expectReady(ts, agent)
+		})
+
 		It("reports a missing MediaStore and a Secret without the referenced key", func() {
 			agent := agentFixture(ns, "media-missing", withMediaStore("nowhere"))
 			create(agent)
@@ -430,6 +455,29 @@ var _ = Describe("Agent reconciler", func() {
 			By("handing it over once the holder's workers serve the new namespace")
 			create(toolSourceFixture(ns, "not-yet"))
 			expectReady(holder, older)
+		})
+
+		It("counts every spelling of one engine address as one claim", func() {
+			holder := agentFixture(ns, "holder", withFlowType("SpeltAgent"), withEngine("temporal.example.com:7233", "agents"))
+			create(holder)
+			expectReady(holder)
+
+			for i, address := range []string{"TEMPORAL.example.com:7233", "temporal.example.com.:7233", "temporal.example.com:07233"} {
+				respelt := agentFixture(newNamespace(), fmt.Sprintf("respelt-%d", i), withFlowType("SpeltAgent"), withEngine(address, "agents"))
+				create(respelt)
+				Eventually(conditionOf(respelt, agentsv1.ConditionReady)).Should(And(
+					haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
+					HaveField("Message", ContainSubstring(`Agent `+ns+`/holder already runs workers for Flow type "SpeltAgent"`))),
+					"engine address %s", address)
+				err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: respelt.Namespace, Name: render.WorkerName(respelt.Name)}, &appsv1.Deployment{})
+				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "engine address %s got workers", address)
+			}
+			expectReady(holder)
+
+			By("keeping a namespace in other case apart: self-hosted Temporal namespaces are case-sensitive")
+			other := agentFixture(newNamespace(), "other-case", withFlowType("SpeltAgent"), withEngine("temporal.example.com:7233", "Agents"))
+			create(other)
+			expectReady(other)
 		})
 
 		It("scales to zero the workers of an Agent that claimed at the same time and lost", func() {

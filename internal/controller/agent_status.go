@@ -26,59 +26,69 @@ type agentPass struct {
 	// lostClaim is the Flow type claim the Agent lost to another Agent.
 	lostClaim string
 	// deployment is the worker Deployment as the API server last returned
-	// it; nil when it does not exist.
+	// it; nil when it does not exist or was not observed.
 	deployment *appsv1.Deployment
 	// graph is the published Flow graph ConfigMap; nil when it does not
-	// exist.
+	// exist or was not observed.
 	graph *corev1.ConfigMap
 	// replicaSets are the ReplicaSets of the worker Deployment.
 	replicaSets []appsv1.ReplicaSet
+	// observed says which of deployment, graph and replicaSets this pass
+	// read. Status keeps what a pass did not read as it was: a failed read
+	// is not an absent object.
+	observed observedWorkers
 }
 
-// agentStatus derives the Agent's status from one pass.
+// observedWorkers says which parts of an Agent's workers a pass read.
+type observedWorkers struct {
+	deployment, graph, replicaSets bool
+}
+
+// agentStatus derives the Agent's status from its status before the pass
+// and what the pass observed and did. What the pass did not observe keeps
+// its earlier value: replicas, which an autoscaler reads through the scale
+// subresource, the config digest, the worker versions, the Flow graph and
+// WorkersAvailable.
 func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
-	status := agentsv1.AgentStatus{
-		ObservedGeneration: agent.Status.ObservedGeneration,
-		Conditions:         slices.Clone(agent.Status.Conditions),
-		Selector:           render.Selector(agent.Name),
-	}
-	// A pass succeeded when it reached a definite outcome: applied, or
-	// blocked until something it references changes.
+	status := *agent.Status.DeepCopy()
+	status.Selector = render.Selector(agent.Name)
+	// A pass succeeded when it reached a definite outcome, applied or
+	// blocked until something it references changes, and nothing failed.
 	if pass.err == nil && (pass.applied || pass.blocker != nil) {
 		status.ObservedGeneration = agent.Generation
 	}
-	if d := pass.deployment; d != nil {
-		status.Replicas = d.Status.Replicas
-		status.ReadyReplicas = d.Status.ReadyReplicas
-		status.ConfigDigest = d.Spec.Template.Annotations[render.AnnotationConfigDigest]
-		status.TaskQueue = render.TaskQueue(agent.Spec.FlowType)
+	if pass.observed.deployment {
+		status.Replicas, status.ReadyReplicas, status.ConfigDigest, status.TaskQueue = 0, 0, "", ""
+		if d := pass.deployment; d != nil {
+			status.Replicas = d.Status.Replicas
+			status.ReadyReplicas = d.Status.ReadyReplicas
+			status.ConfigDigest = d.Spec.Template.Annotations[render.AnnotationConfigDigest]
+			status.TaskQueue = render.TaskQueue(agent.Spec.FlowType)
+		}
+		setWorkersAvailableCondition(&status, agent.Generation, pass.deployment)
 	}
-	if g := pass.graph; g != nil {
-		status.SessionFlowGraph = &agentsv1.PublishedFlowGraph{
-			ConfigMapName: g.Name,
-			Digest:        g.Annotations[render.AnnotationGraphDigest],
+	if pass.observed.graph {
+		status.SessionFlowGraph = nil
+		if g := pass.graph; g != nil {
+			status.SessionFlowGraph = &agentsv1.PublishedFlowGraph{
+				ConfigMapName: g.Name,
+				Digest:        g.Annotations[render.AnnotationGraphDigest],
+			}
 		}
 	}
-	status.WorkerVersions = workerVersions(pass.replicaSets)
+	if pass.observed.replicaSets {
+		status.WorkerVersions = workerVersions(pass.replicaSets)
+	}
 	setAgentReadyCondition(&status, agent.Generation, pass)
-	setWorkersAvailableCondition(&status, agent.Generation, pass.deployment)
 	return status
 }
 
 func setAgentReadyCondition(status *agentsv1.AgentStatus, generation int64, pass agentPass) {
-	c := metav1.Condition{Type: agentsv1.ConditionReady, ObservedGeneration: generation}
-	switch {
-	case pass.blocker != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, pass.blocker.Reason, pass.blocker.Message
-	case pass.err != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, agentsv1.ReasonReconcileFailed, pass.err.Error()
-	case pass.applied:
-		c.Status, c.Reason = metav1.ConditionTrue, agentsv1.ReasonReconciled
-		c.Message = "the worker configuration, ServiceAccount, Deployment and session Flow graph are applied"
-	default:
+	if pass.blocker == nil && pass.err == nil && !pass.applied {
 		return // the pass ended before it could tell; keep what is known
 	}
-	meta.SetStatusCondition(&status.Conditions, c)
+	meta.SetStatusCondition(&status.Conditions, readyCondition(generation, pass.blocker, pass.err,
+		"the worker configuration, ServiceAccount, Deployment and session Flow graph are applied"))
 }
 
 func setWorkersAvailableCondition(status *agentsv1.AgentStatus, generation int64, d *appsv1.Deployment) {

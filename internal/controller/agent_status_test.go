@@ -2,10 +2,12 @@ package controller
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -29,6 +31,9 @@ func deployment(replicas, available, updated int32, current bool) *appsv1.Deploy
 	return d
 }
 
+// all is a pass that read every part of the workers.
+var all = observedWorkers{deployment: true, graph: true, replicaSets: true}
+
 func TestAgentStatusConditions(t *testing.T) {
 	agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "support", Generation: 4},
 		Spec: agentsv1.AgentSpec{FlowType: "SupportAgent"}, Status: agentsv1.AgentStatus{ObservedGeneration: 3}}
@@ -41,34 +46,34 @@ func TestAgentStatusConditions(t *testing.T) {
 		wantObservedGen     int64
 	}{
 		{
-			name: "applied and available", pass: agentPass{applied: true, deployment: deployment(2, 2, 2, true)},
+			name: "applied and available", pass: agentPass{observed: all, applied: true, deployment: deployment(2, 2, 2, true)},
 			wantReady: metav1.ConditionTrue, wantReadyReason: agentsv1.ReasonReconciled,
 			wantAvailableReason: agentsv1.ReasonDeploymentAvailable, wantObservedGen: 4,
 		},
 		{
-			name: "applied while the rollout is still going", pass: agentPass{applied: true, deployment: deployment(2, 2, 1, true)},
+			name: "applied while the rollout is still going", pass: agentPass{observed: all, applied: true, deployment: deployment(2, 2, 1, true)},
 			wantReady: metav1.ConditionTrue, wantReadyReason: agentsv1.ReasonReconciled,
 			wantAvailableReason: agentsv1.ReasonDeploymentUnavailable, wantObservedGen: 4,
 		},
 		{
-			name: "applied but the Deployment controller has not seen it", pass: agentPass{applied: true, deployment: deployment(2, 2, 2, false)},
+			name: "applied but the Deployment controller has not seen it", pass: agentPass{observed: all, applied: true, deployment: deployment(2, 2, 2, false)},
 			wantReady: metav1.ConditionTrue, wantReadyReason: agentsv1.ReasonReconciled,
 			wantAvailableReason: agentsv1.ReasonDeploymentUnavailable, wantObservedGen: 4,
 		},
 		{
-			name: "scaled to zero", pass: agentPass{applied: true, deployment: deployment(0, 0, 0, true)},
+			name: "scaled to zero", pass: agentPass{observed: all, applied: true, deployment: deployment(0, 0, 0, true)},
 			wantReady: metav1.ConditionTrue, wantReadyReason: agentsv1.ReasonReconciled,
 			wantAvailableReason: agentsv1.ReasonScaledToZero, wantObservedGen: 4,
 		},
 		{
 			name:      "blocked before anything was applied",
-			pass:      agentPass{blocker: &render.Blocker{Reason: agentsv1.ReasonToolSourceNotFound, Message: "m"}},
+			pass:      agentPass{observed: all, blocker: &render.Blocker{Reason: agentsv1.ReasonToolSourceNotFound, Message: "m"}},
 			wantReady: metav1.ConditionFalse, wantReadyReason: agentsv1.ReasonToolSourceNotFound,
 			wantAvailableReason: agentsv1.ReasonDeploymentNotCreated, wantObservedGen: 4,
 		},
 		{
 			name:      "a failed write keeps the last observed generation",
-			pass:      agentPass{err: errors.New("conflict"), deployment: deployment(1, 1, 1, true)},
+			pass:      agentPass{observed: all, err: errors.New("conflict"), deployment: deployment(1, 1, 1, true)},
 			wantReady: metav1.ConditionFalse, wantReadyReason: agentsv1.ReasonReconcileFailed,
 			wantAvailableReason: agentsv1.ReasonDeploymentAvailable, wantObservedGen: 3,
 		},
@@ -123,5 +128,134 @@ func TestWorkerVersions(t *testing.T) {
 	}
 	if workerVersions(nil) != nil {
 		t.Error("no ReplicaSets should report no versions")
+	}
+}
+
+// TestAgentStatusAfterAFailedRead shows that a pass that could not read
+// the workers leaves what it could not read as it was, stamps no
+// generation, and says why in Ready.
+func TestAgentStatusAfterAFailedRead(t *testing.T) {
+	readyBefore := metav1.Condition{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: agentsv1.ReasonReconciled, ObservedGeneration: 3}
+	availableBefore := metav1.Condition{Type: agentsv1.ConditionWorkersAvailable, Status: metav1.ConditionTrue,
+		Reason: agentsv1.ReasonDeploymentAvailable, Message: "3 of 3 workers available", ObservedGeneration: 3}
+	earlier := agentsv1.AgentStatus{
+		ObservedGeneration: 3, Conditions: []metav1.Condition{readyBefore, availableBefore},
+		Replicas: 3, ReadyReplicas: 3, Selector: render.Selector("support"), TaskQueue: "stepwise/SupportAgent",
+		ConfigDigest: "sha256:before", WorkerVersions: []agentsv1.WorkerVersion{{EngineVersion: "0.1.0", Replicas: 3, ReadyReplicas: 3}},
+		SessionFlowGraph: &agentsv1.PublishedFlowGraph{ConfigMapName: "support-session-graph", Digest: "sha256:graph"},
+	}
+	agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "support", Generation: 4},
+		Spec: agentsv1.AgentSpec{FlowType: "SupportAgent"}, Status: earlier}
+	readErr := errors.New("reading *v1.Deployment support-worker: the server is currently unable to handle the request")
+
+	tests := []struct {
+		name string
+		pass agentPass
+		// want is the status the pass writes, Ready aside.
+		want            agentsv1.AgentStatus
+		wantReadyReason string
+	}{
+		{
+			name:            "nothing read: everything stays",
+			pass:            agentPass{err: readErr},
+			want:            earlier,
+			wantReadyReason: agentsv1.ReasonReconcileFailed,
+		},
+		{
+			name: "applied, then the ReplicaSets could not be listed",
+			pass: agentPass{applied: true, err: readErr, observed: observedWorkers{deployment: true, graph: true},
+				deployment: deployment(3, 2, 3, true),
+				graph: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "support-session-graph",
+					Annotations: map[string]string{render.AnnotationGraphDigest: "sha256:graph2"}}}},
+			want: func() agentsv1.AgentStatus {
+				s := *earlier.DeepCopy()
+				s.Replicas, s.ReadyReplicas, s.ConfigDigest = 2, 2, "sha256:abc"
+				s.SessionFlowGraph.Digest = "sha256:graph2"
+				s.Conditions[1] = metav1.Condition{Type: agentsv1.ConditionWorkersAvailable, Status: metav1.ConditionFalse,
+					Reason: agentsv1.ReasonDeploymentUnavailable, Message: "2 of 3 workers available", ObservedGeneration: 4}
+				return s
+			}(),
+			wantReadyReason: agentsv1.ReasonReconcileFailed,
+		},
+		{
+			name: "blocked, then the Deployment could not be read",
+			pass: agentPass{blocker: &render.Blocker{Reason: agentsv1.ReasonSecretNotFound, Message: "spec.model.apiKeySecretRef: Secret \"openai\" does not exist"},
+				err: readErr, observed: observedWorkers{graph: true},
+				graph: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "support-session-graph",
+					Annotations: map[string]string{render.AnnotationGraphDigest: "sha256:graph"}}}},
+			want:            earlier,
+			wantReadyReason: agentsv1.ReasonSecretNotFound,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := agentStatus(agent, tt.pass)
+			ready := meta.FindStatusCondition(got.Conditions, agentsv1.ConditionReady)
+			if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != tt.wantReadyReason ||
+				!strings.Contains(ready.Message, readErr.Error()) || ready.ObservedGeneration != 4 {
+				t.Errorf("Ready = %+v, want False %s naming the failed read", ready, tt.wantReadyReason)
+			}
+			meta.RemoveStatusCondition(&got.Conditions, agentsv1.ConditionReady)
+			want := *tt.want.DeepCopy()
+			meta.RemoveStatusCondition(&want.Conditions, agentsv1.ConditionReady)
+			for i := range got.Conditions {
+				got.Conditions[i].LastTransitionTime = metav1.Time{}
+			}
+			if !equality.Semantic.DeepEqual(got, want) {
+				t.Errorf("status = %+v\nwant     %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestReferenceStatusAfterAFailedPass shows that a ToolSource and a
+// MediaStore report a failed pass as the Agent does: Ready False with
+// ReconcileFailed, observedGeneration and what the pass did not read left
+// alone.
+func TestReferenceStatusAfterAFailedPass(t *testing.T) {
+	failed := errors.New("reading Secret \"tickets\": the server is currently unable to handle the request")
+	inUse := metav1.Condition{Type: agentsv1.ConditionInUse, Status: metav1.ConditionTrue, Reason: agentsv1.ReasonReferencedByAgents,
+		Message: "used by Agents support", ObservedGeneration: 1}
+	ready := metav1.Condition{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: agentsv1.ReasonReconciled, ObservedGeneration: 1}
+
+	ts := &agentsv1.ToolSource{ObjectMeta: metav1.ObjectMeta{Name: "tickets", Generation: 2},
+		Status: agentsv1.ToolSourceStatus{ObservedGeneration: 1, SourceName: "tickets", Conditions: []metav1.Condition{ready}}}
+	ms := &agentsv1.MediaStore{ObjectMeta: metav1.ObjectMeta{Name: "media", Generation: 2},
+		Spec:   agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "agent-media"}},
+		Status: agentsv1.MediaStoreStatus{ObservedGeneration: 1, StoreURI: "s3://agent-media", Conditions: []metav1.Condition{ready, inUse}}}
+	agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "support", Generation: 2},
+		Status: agentsv1.AgentStatus{ObservedGeneration: 1, Conditions: []metav1.Condition{ready}}}
+
+	tsStatus := toolSourceStatus(ts, referencePass{err: failed})
+	msStatus := mediaStoreStatus(ms, mediaStorePass{referencePass: referencePass{err: failed}})
+	agentSt := agentStatus(agent, agentPass{err: failed})
+	for kind, got := range map[string]struct {
+		conditions         []metav1.Condition
+		observedGeneration int64
+	}{
+		"ToolSource": {tsStatus.Conditions, tsStatus.ObservedGeneration},
+		"MediaStore": {msStatus.Conditions, msStatus.ObservedGeneration},
+		"Agent":      {agentSt.Conditions, agentSt.ObservedGeneration},
+	} {
+		c := meta.FindStatusCondition(got.conditions, agentsv1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != agentsv1.ReasonReconcileFailed ||
+			c.Message != failed.Error() || c.ObservedGeneration != 2 {
+			t.Errorf("%s Ready = %+v, want False ReconcileFailed with the failure for generation 2", kind, c)
+		}
+		if got.observedGeneration != 1 {
+			t.Errorf("%s observedGeneration = %d, want 1 kept", kind, got.observedGeneration)
+		}
+	}
+	if c := meta.FindStatusCondition(msStatus.Conditions, agentsv1.ConditionInUse); c == nil || *c != inUse {
+		t.Errorf("MediaStore InUse = %+v, want it kept as %+v when its users were not listed", c, inUse)
+	}
+
+	// A pass that reached its verdict stamps the generation on both kinds.
+	blocked := referencePass{blocker: &render.Blocker{Reason: agentsv1.ReasonHostPathNotAllowed, Message: "m"}}
+	if s := mediaStoreStatus(ms, mediaStorePass{referencePass: blocked, usersKnown: true}); s.ObservedGeneration != 2 {
+		t.Errorf("a blocked MediaStore's observedGeneration = %d, want 2", s.ObservedGeneration)
+	}
+	if s := toolSourceStatus(ts, referencePass{}); s.ObservedGeneration != 2 {
+		t.Errorf("a ready ToolSource's observedGeneration = %d, want 2", s.ObservedGeneration)
 	}
 }

@@ -115,20 +115,35 @@ func withHeaderFromSecret(header, secret, key string) toolSourceOption {
 	}
 }
 
+func withHeader(name, value string) toolSourceOption {
+	return func(ts *agentsv1.ToolSource) {
+		ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{
+			URL: "https://mcp.example.com/" + ts.Name, Headers: []agentsv1.HTTPHeader{{Name: name, Value: &value}},
+		}}
+	}
+}
+
 type mediaStoreOption func(*agentsv1.MediaStore)
 
-// mediaStoreFixture is a valid local directory MediaStore.
+// mediaStoreFixture is a valid local directory MediaStore on the node,
+// under the host path root the operator allows in these tests.
 func mediaStoreFixture(namespace, name string, opts ...mediaStoreOption) *agentsv1.MediaStore {
 	ms := &agentsv1.MediaStore{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: agentsv1.MediaStoreSpec{
-			LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: "/var/lib/stepwise/media"},
+			LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: mediaHostPathRoot + "/media"},
 		},
 	}
 	for _, o := range opts {
 		o(ms)
 	}
 	return ms
+}
+
+func withLocalDirectory(root, claim string) mediaStoreOption {
+	return func(ms *agentsv1.MediaStore) {
+		ms.Spec = agentsv1.MediaStoreSpec{LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: root, PersistentVolumeClaimName: claim}}
+	}
 }
 
 func withS3Credentials(bucket, secret string) mediaStoreOption {

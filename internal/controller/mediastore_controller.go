@@ -32,6 +32,9 @@ type MediaStoreReconciler struct {
 	client.Client
 	// APIReader reads Secrets straight from the API server.
 	APIReader client.Reader
+	// HostPathRoots are the host directories a localDirectory store without
+	// a PersistentVolumeClaim may use; see render.Defaults.
+	HostPathRoots []string
 }
 
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=mediastores,verbs=get;list;watch;update;patch
@@ -42,44 +45,93 @@ type MediaStoreReconciler struct {
 // stays far below the API's limit however many Agents share a store.
 const maxListedUsers = 20
 
-// Reconcile runs one pass for one MediaStore.
-func (r *MediaStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// Reconcile runs one pass for one MediaStore and writes its status once,
+// unless the pass let a deleted store go.
+func (r *MediaStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	ms := &agentsv1.MediaStore{}
 	if err := r.Get(ctx, req.NamespacedName, ms); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	deleting := !ms.DeletionTimestamp.IsZero()
+	before := ms.DeepCopy()
+	pass := mediaStorePass{deleting: !ms.DeletionTimestamp.IsZero()}
+	defer func() {
+		if pass.released {
+			return
+		}
+		ms.Status = mediaStoreStatus(ms, pass)
+		if err := r.Status().Patch(ctx, ms, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("writing MediaStore status: %w", err))
+		}
+	}()
+	pass.err = r.reconcile(ctx, ms, &pass)
+	return ctrl.Result{}, pass.err
+}
+
+// mediaStorePass is what one pass over a MediaStore found.
+type mediaStorePass struct {
+	referencePass
+	deleting bool
+	// users are the Agents that use the store; nil with usersKnown false
+	// when they could not be listed.
+	users      []string
+	usersKnown bool
+	// released is true when the pass removed the finalizer of a deleted
+	// store, which then goes away.
+	released bool
+}
+
+func (r *MediaStoreReconciler) reconcile(ctx context.Context, ms *agentsv1.MediaStore, pass *mediaStorePass) error {
 	// The finalizer comes first, so no Agent can start using the store
-	// before deletion would wait for it.
-	if !deleting && !controllerutil.ContainsFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer) {
-		if err := r.patchFinalizers(ctx, ms, controllerutil.AddFinalizer); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding the in-use protection finalizer: %w", err)
+	// before deletion would wait for it. It is patched on a copy, so the
+	// status write compares against the object as read.
+	if !pass.deleting && !controllerutil.ContainsFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer) {
+		if err := r.patchFinalizers(ctx, ms.DeepCopy(), controllerutil.AddFinalizer); err != nil {
+			return fmt.Errorf("adding the in-use protection finalizer: %w", err)
 		}
 	}
-
 	users, err := r.users(ctx, ms)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
-	if deleting && len(users) == 0 {
-		if !controllerutil.ContainsFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer) {
-			return ctrl.Result{}, nil
+	pass.users, pass.usersKnown = users, true
+	if pass.deleting && len(users) == 0 {
+		if controllerutil.ContainsFinalizer(ms, agentsv1.MediaStoreProtectionFinalizer) {
+			if err := r.patchFinalizers(ctx, ms.DeepCopy(), controllerutil.RemoveFinalizer); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("removing the in-use protection finalizer: %w", err)
+			}
 		}
-		if err := r.patchFinalizers(ctx, ms, controllerutil.RemoveFinalizer); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, fmt.Errorf("removing the in-use protection finalizer: %w", err)
-		}
-		return ctrl.Result{}, nil
+		pass.released = true
+		return nil
 	}
+	if pass.blocker = render.CheckMediaStore(ms, r.HostPathRoots); pass.blocker != nil {
+		return nil
+	}
+	pass.blocker, err = checkSecrets(ctx, r.APIReader, ms.Namespace, render.MediaStoreSecretUses(ms, ""))
+	return err
+}
 
-	before := ms.DeepCopy()
-	blocker, err := checkSecrets(ctx, r.APIReader, ms.Namespace, render.MediaStoreSecretUses(ms, ""))
-	ms.Status.StoreURI = render.StoreURI(ms)
-	setReferenceReadyCondition(&ms.Status.Conditions, &ms.Status.ObservedGeneration, ms.Generation, blocker, err)
-	setInUseCondition(&ms.Status.Conditions, ms.Generation, deleting, users)
-	if patchErr := r.Status().Patch(ctx, ms, client.MergeFrom(before)); patchErr != nil && !apierrors.IsNotFound(patchErr) {
-		err = errors.Join(err, fmt.Errorf("writing MediaStore status: %w", patchErr))
+// mediaStoreStatus derives a MediaStore's status from one pass. What the
+// pass could not observe keeps its earlier value.
+func mediaStoreStatus(ms *agentsv1.MediaStore, pass mediaStorePass) agentsv1.MediaStoreStatus {
+	status := *ms.Status.DeepCopy()
+	status.StoreURI = render.StoreURI(ms)
+	setReferenceReadyCondition(&status.Conditions, &status.ObservedGeneration, ms.Generation, pass.referencePass, mediaStoreReadyMessage(ms))
+	if pass.usersKnown {
+		setInUseCondition(&status.Conditions, ms.Generation, pass.deleting, pass.users)
 	}
-	return ctrl.Result{}, err
+	return status
+}
+
+// mediaStoreReadyMessage says what a usable store gives its workers.
+func mediaStoreReadyMessage(ms *agentsv1.MediaStore) string {
+	switch local := ms.Spec.LocalDirectory; {
+	case local == nil:
+		return "the Secrets it references exist and hold their keys"
+	case local.PersistentVolumeClaimName != "":
+		return fmt.Sprintf("workers mount PersistentVolumeClaim %q at %s", local.PersistentVolumeClaimName, local.Root)
+	default:
+		return fmt.Sprintf("workers mount the node's directory %s, which the operator allows as a host path", local.Root)
+	}
 }
 
 // patchFinalizers changes the finalizers with an optimistic lock, so a

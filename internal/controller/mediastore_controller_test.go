@@ -3,11 +3,15 @@ package controller_test
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/render"
 )
 
 var _ = Describe("MediaStore reconciler", func() {
@@ -23,7 +27,7 @@ var _ = Describe("MediaStore reconciler", func() {
 			haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonReferencedByAgents),
 			HaveField("Message", ContainSubstring("reader"))))
 		Expect(ms.Finalizers).To(ContainElement(agentsv1.MediaStoreProtectionFinalizer))
-		Expect(ms.Status.StoreURI).To(Equal("file:///var/lib/stepwise/media"))
+		Expect(ms.Status.StoreURI).To(Equal("file:///srv/stepwise/media"))
 
 		Expect(k8sClient.Delete(suiteCtx, ms)).To(Succeed())
 		Eventually(conditionOf(ms, agentsv1.ConditionInUse)).Should(And(
@@ -80,6 +84,51 @@ var _ = Describe("MediaStore reconciler", func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ms), &agentsv1.MediaStore{}))
 		}).Should(BeTrue())
+	})
+
+	It("refuses a host directory the operator does not allow, and the Agents that use it get no hostPath", func() {
+		ms := mediaStoreFixture(ns, "node-media", withLocalDirectory("/data/media", ""))
+		agent := agentFixture(ns, "hostpath", withMediaStore("node-media"))
+		create(ms, agent)
+		Eventually(conditionOf(ms, agentsv1.ConditionReady)).Should(And(
+			haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonHostPathNotAllowed),
+			HaveField("ObservedGeneration", ms.Generation),
+			HaveField("Message", ContainSubstring("spec.localDirectory.root: /data/media would be mounted from the node (hostPath)")),
+			HaveField("Message", ContainSubstring("(the operator allows "+mediaHostPathRoot+"); use a PersistentVolumeClaim, "+
+				"or ask the operator's administrator to allow this directory with --media-host-path-roots"))))
+		Expect(ms.Status.ObservedGeneration).To(Equal(ms.Generation))
+		Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+			haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonMediaStoreNotReady),
+			HaveField("Message", ContainSubstring(`MediaStore "node-media" is not Ready (HostPathNotAllowed`))))
+		Consistently(func() bool {
+			err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &appsv1.Deployment{})
+			return apierrors.IsNotFound(err)
+		}).Should(BeTrue(), "an Agent on a refused store got a Deployment")
+
+		By("mounting the claim at root, and nothing from the node, once the store names a PersistentVolumeClaim")
+		Expect(change(ms, func(m *agentsv1.MediaStore) { m.Spec.LocalDirectory.PersistentVolumeClaimName = "media" })).To(Succeed())
+		expectReady(ms, agent)
+		pod := workerDeployment(Default, agent).Spec.Template.Spec
+		Expect(pod.Volumes).To(ContainElement(And(
+			HaveField("Name", "media"),
+			HaveField("HostPath", BeNil()),
+			HaveField("PersistentVolumeClaim.ClaimName", "media"))))
+		Expect(pod.Containers[0].VolumeMounts).To(ContainElement(And(
+			HaveField("Name", "media"), HaveField("MountPath", "/data/media"))))
+	})
+
+	It("mounts an allowed host directory, and only that directory, which must exist", func() {
+		ms := mediaStoreFixture(ns, "allowed", withLocalDirectory(mediaHostPathRoot+"/team-a", ""))
+		agent := agentFixture(ns, "allowed-hostpath", withMediaStore("allowed"))
+		create(ms, agent)
+		expectReady(ms, agent)
+		pod := workerDeployment(Default, agent).Spec.Template.Spec
+		Expect(pod.Volumes).To(ContainElement(And(
+			HaveField("Name", "media"),
+			HaveField("HostPath.Path", mediaHostPathRoot+"/team-a"),
+			HaveField("HostPath.Type", ptr.To(corev1.HostPathDirectory)))))
+		Expect(pod.Containers[0].VolumeMounts).To(ContainElement(And(
+			HaveField("Name", "media"), HaveField("MountPath", mediaHostPathRoot+"/team-a"))))
 	})
 
 	It("reports S3 credentials that lack a key", func() {

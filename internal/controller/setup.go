@@ -69,7 +69,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := (&ToolSourceReconciler{Client: mgr.GetClient(), APIReader: reader}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolSource controller: %w", err)
 	}
-	if err := (&MediaStoreReconciler{Client: mgr.GetClient(), APIReader: reader}).SetupWithManager(mgr); err != nil {
+	mediaStores := &MediaStoreReconciler{Client: mgr.GetClient(), APIReader: reader, HostPathRoots: opts.Defaults.MediaHostPathRoots}
+	if err := mediaStores.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MediaStore controller: %w", err)
 	}
 	return nil

@@ -31,6 +31,9 @@ const (
 	defaultEngineAddress = "temporal.test.svc:7233"
 	stockWorkerImage     = "ghcr.io/stepwise-run/agent-worker:test"
 	stockEngineVersion   = "0.1.0"
+	// mediaHostPathRoot is the one host directory the operator allows
+	// MediaStores to mount from the node.
+	mediaHostPathRoot = "/srv/stepwise"
 )
 
 var (
@@ -101,6 +104,7 @@ var _ = BeforeSuite(func() {
 			Engine:              &agentsv1.EngineSpec{Address: defaultEngineAddress, Namespace: "default"},
 			WorkerImage:         stockWorkerImage,
 			WorkerEngineVersion: stockEngineVersion,
+			MediaHostPathRoots:  []string{mediaHostPathRoot},
 		},
 		RecheckInterval: time.Second,
 	})).To(Succeed())

@@ -30,7 +30,7 @@ type ToolSourceReconciler struct {
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=toolsources/status,verbs=get;update;patch
 
 // Reconcile checks one ToolSource and writes its status once.
-func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	ts := &agentsv1.ToolSource{}
 	if err := r.Get(ctx, req.NamespacedName, ts); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -39,17 +39,36 @@ func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil
 	}
 	before := ts.DeepCopy()
-	blocker, err := checkSecrets(ctx, r.APIReader, ts.Namespace, render.ToolSourceSecretUses(ts, ""))
-	ts.Status.SourceName = render.EffectiveSourceName(ts)
-	setReferenceReadyCondition(&ts.Status.Conditions, &ts.Status.ObservedGeneration, ts.Generation, blocker, err)
-	if patchErr := r.Status().Patch(ctx, ts, client.MergeFrom(before)); patchErr != nil && !apierrors.IsNotFound(patchErr) {
-		err = errors.Join(err, fmt.Errorf("writing ToolSource status: %w", patchErr))
-	}
-	return ctrl.Result{}, err
+	var pass referencePass
+	defer func() {
+		ts.Status = toolSourceStatus(ts, pass)
+		if err := r.Status().Patch(ctx, ts, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("writing ToolSource status: %w", err))
+		}
+	}()
+	pass.blocker, pass.err = checkSecrets(ctx, r.APIReader, ts.Namespace, render.ToolSourceSecretUses(ts, ""))
+	return ctrl.Result{}, pass.err
+}
+
+// referencePass is what one pass over a ToolSource or MediaStore found.
+type referencePass struct {
+	// blocker is the verdict that the resource cannot be used, and why.
+	blocker *render.Blocker
+	// err is a failure to read or write; the controller retries.
+	err error
+}
+
+// toolSourceStatus derives a ToolSource's status from one pass.
+func toolSourceStatus(ts *agentsv1.ToolSource, pass referencePass) agentsv1.ToolSourceStatus {
+	status := *ts.Status.DeepCopy()
+	status.SourceName = render.EffectiveSourceName(ts)
+	setReferenceReadyCondition(&status.Conditions, &status.ObservedGeneration, ts.Generation, pass, "the Secrets it references exist and hold values it can use")
+	return status
 }
 
 // checkSecrets reads the Secrets that uses name and checks them: a blocker
-// when one is missing or lacks a key, an error when they cannot be read.
+// when one is missing, lacks a key or holds a value its use cannot carry,
+// an error when they cannot be read.
 func checkSecrets(ctx context.Context, reader client.Reader, namespace string, uses []render.SecretUse) (*render.Blocker, error) {
 	secrets, err := secretsByName(ctx, reader, namespace, secretNames(uses))
 	if err != nil {
@@ -59,21 +78,34 @@ func checkSecrets(ctx context.Context, reader client.Reader, namespace string, u
 }
 
 // setReferenceReadyCondition sets Ready on a ToolSource or MediaStore from
-// this pass. A pass that reached a verdict, ready or blocked, stamps the
-// generation; one that could not read its Secrets does not.
-func setReferenceReadyCondition(conditions *[]metav1.Condition, observedGeneration *int64, generation int64, blocker *render.Blocker, err error) {
-	c := metav1.Condition{Type: agentsv1.ConditionReady, ObservedGeneration: generation}
-	switch {
-	case err != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, agentsv1.ReasonReconcileFailed, err.Error()
-	case blocker != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, blocker.Reason, blocker.Message
-		*observedGeneration = generation
-	default:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, agentsv1.ReasonReconciled, "the Secrets it references exist and hold their keys"
+// this pass, as the Agent's is set: a pass without a failure reached a
+// verdict, ready or blocked, and stamps the generation; one that failed
+// leaves observedGeneration alone.
+func setReferenceReadyCondition(conditions *[]metav1.Condition, observedGeneration *int64, generation int64, pass referencePass, readyMessage string) {
+	meta.SetStatusCondition(conditions, readyCondition(generation, pass.blocker, pass.err, readyMessage))
+	if pass.err == nil {
 		*observedGeneration = generation
 	}
-	meta.SetStatusCondition(conditions, c)
+}
+
+// readyCondition is Ready after a pass of any kind. A blocker is the
+// verdict to report, with any failure of the same pass added; a failure
+// alone is ReconcileFailed. Either is False: the resource is not known to
+// be usable as of this generation.
+func readyCondition(generation int64, blocker *render.Blocker, err error, readyMessage string) metav1.Condition {
+	c := metav1.Condition{Type: agentsv1.ConditionReady, ObservedGeneration: generation}
+	switch {
+	case blocker != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, blocker.Reason, blocker.Message
+		if err != nil {
+			c.Message += "; this pass also failed: " + err.Error()
+		}
+	case err != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, agentsv1.ReasonReconcileFailed, err.Error()
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, agentsv1.ReasonReconciled, readyMessage
+	}
+	return c
 }
 
 // SetupWithManager registers the reconciler and its watches.

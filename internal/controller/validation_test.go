@@ -3,6 +3,7 @@ package controller_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,6 +105,8 @@ var _ = Describe("API validation", func() {
 			a.Spec.Limits = &agentsv1.LimitsSpec{EventStreamCapacity: ptr.To(resource.MustParse("1Ki"))}
 		}, "spec.limits.eventStreamCapacity", "eventStreamCapacity must be between 64Ki and 1Gi"),
 		Entry("an engine address without a port", withEngine("temporal.example.com", "default"),
+			"spec.engine.address", "should match"),
+		Entry("an engine address with a gRPC scheme", withEngine("dns:temporal.example.com:7233", "default"),
 			"spec.engine.address", "should match"),
 		Entry("an engine port out of range", withEngine("temporal.example.com:72330", "default"),
 			"spec.engine.address", "address must end in a port from 1 to 65535"),
@@ -228,6 +231,31 @@ spec:
 		Entry("a task wait of two days", "taskwait", func(ts *agentsv1.ToolSource) {
 			ts.Spec.TaskWaitTimeout = &metav1.Duration{Duration: 48 * time.Hour}
 		}, "spec.taskWaitTimeout", "taskWaitTimeout must be between 1s and 24h"),
+		Entry("a header value with CR and LF", "crlf", withHeader("X-Team", "support\r\nX-Injected: 1"),
+			"spec.mcp.streamableHTTP.headers[0].value", "value may not contain control characters such as CR or LF"),
+		Entry("a header value with a NUL byte", "nul", withHeader("X-Team", "support\x00"),
+			"spec.mcp.streamableHTTP.headers[0].value", "value may not contain control characters"),
+		Entry("a header name that is not an HTTP token", "token", withHeader("X Team", "support"),
+			"spec.mcp.streamableHTTP.headers[0].name", "should match"),
+		Entry("a header name with a colon", "colon", withHeader("X-Team:", "support"),
+			"spec.mcp.streamableHTTP.headers[0].name", "should match"),
+		Entry("a URL without a host", "nohost", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "http:///mcp"}}
+		}, "spec.mcp.streamableHTTP.url", "url must be an http or https URL with a host"),
+		Entry("a stdio command of only spaces", "spaces", func(ts *agentsv1.ToolSource) { ts.Spec.MCP.Stdio.Command = "   " },
+			"spec.mcp.stdio.command", "command may not start or end with whitespace"),
+		Entry("a stdio command with a trailing space", "trailing", func(ts *agentsv1.ToolSource) { ts.Spec.MCP.Stdio.Command = "mcp-server " },
+			"spec.mcp.stdio.command", "command may not start or end with whitespace"),
+		Entry("a stdio command with a line break", "linebreak", func(ts *agentsv1.ToolSource) { ts.Spec.MCP.Stdio.Command = "mcp\nserver" },
+			"spec.mcp.stdio.command", "command may not contain control characters"),
+		Entry("an argument with a NUL byte", "argnul", func(ts *agentsv1.ToolSource) { ts.Spec.MCP.Stdio.Args = []string{"--root", "/srv\x00"} },
+			"spec.mcp.stdio.args", "args may not contain NUL characters"),
+		Entry("an environment value with a NUL byte", "envnul", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP.Stdio.Env = []agentsv1.ValueVar{{Name: "ROOT", Value: ptr.To("/srv\x00")}}
+		}, "spec.mcp.stdio.env[0].value", "value may not contain NUL characters"),
+		Entry("an environment name with '='", "envname", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP.Stdio.Env = []agentsv1.ValueVar{{Name: "A=B", Value: ptr.To("x")}}
+		}, "spec.mcp.stdio.env[0].name", "should match"),
 	)
 
 	It("refuses a change to the source name, or adding one", func() {
@@ -253,8 +281,21 @@ spec:
 			"spec.localDirectory.root", "should match"),
 		Entry("a root with a '..' segment", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv/../etc" },
 			"spec.localDirectory.root", "root must be a clean absolute path"),
-		Entry("a root where worker pods mount their own volume", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/tmp" },
-			"spec.localDirectory.root", "root may not be /tmp"),
+		Entry("a root with an empty segment", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv//media" },
+			"spec.localDirectory.root", "root must be a clean absolute path"),
+		Entry("a root with a '.' segment", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv/./media" },
+			"spec.localDirectory.root", "root must be a clean absolute path"),
+		Entry("a root that ends in '.'", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv/media/." },
+			"spec.localDirectory.root", "root must be a clean absolute path"),
+		Entry("a root with a trailing slash", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv/media/" },
+			"spec.localDirectory.root", "should match"),
+		Entry("a root with a line break", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/srv/media\n/etc" },
+			"spec.localDirectory.root", "root must be a clean absolute path"),
+		Entry("the whole file system", func(ms *agentsv1.MediaStore) { ms.Spec.LocalDirectory.Root = "/" },
+			"spec.localDirectory.root", "should be at least 2 chars long"),
+		Entry("a persistent volume claim name that is not a name", func(ms *agentsv1.MediaStore) {
+			ms.Spec.LocalDirectory.PersistentVolumeClaimName = "Media_Claim"
+		}, "spec.localDirectory.persistentVolumeClaimName", "should match"),
 		Entry("a bucket name with '..'", func(ms *agentsv1.MediaStore) {
 			ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "agent..media"}}
 		}, "spec.s3.bucket", "no '..' and not an IP address"),
@@ -271,6 +312,36 @@ spec:
 			ms.Spec = agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "media", Prefix: "/sessions"}}
 		}, "spec.s3.prefix", "should match"),
 	)
+
+	Describe("local directory roots", func() {
+		local := func(root, claim string) *agentsv1.MediaStore {
+			return mediaStoreFixture(ns, "", func(ms *agentsv1.MediaStore) {
+				ms.GenerateName = "local-"
+				ms.Spec.LocalDirectory = &agentsv1.LocalDirectoryMediaStore{Root: root, PersistentVolumeClaimName: claim}
+			})
+		}
+
+		It("refuses every system directory and anything under it, with a claim or without", func() {
+			dirs := append(slices.Clone(media.SystemDirectories), "/lib", "/lib64", "/libx32", "/libexec")
+			for _, dir := range dirs {
+				for _, root := range []string{dir, dir + "/stepwise/media"} {
+					Expect(media.IsSystemPath(root)).To(BeTrue(), "the operator's own list and the API's must agree on %s", root)
+					expectRefused(local(root, ""), "spec.localDirectory.root", "root may not be a system directory or lie under one")
+					expectRefused(local(root, "media"), "spec.localDirectory.root", "root may not be a system directory or lie under one")
+				}
+			}
+			for _, root := range []string{"/etc", "/proc", "/root", "/var/lib/kubelet", "/usr/bin", "/var/run", "/run/containerd", "/var/lib/docker"} {
+				expectRefused(local(root, ""), "spec.localDirectory.root", "worker pods mount the store read-write at root")
+			}
+		})
+
+		It("accepts a directory outside them", func() {
+			for _, root := range []string{"/srv/stepwise/media", "/data/media", "/mnt/images", "/etcetera", "/srv/var/media", "/variable"} {
+				Expect(media.IsSystemPath(root)).To(BeFalse(), root)
+				Expect(k8sClient.Create(suiteCtx, local(root, ""))).To(Succeed(), root)
+			}
+		})
+	})
 
 	Describe("image URI length", func() {
 		// longest finds, by adding one unit at a time, the longest value the

@@ -18,6 +18,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/version"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
 // Defaults are the operator-wide settings an Agent falls back to.
@@ -29,6 +30,11 @@ type Defaults struct {
 	WorkerImage string
 	// WorkerEngineVersion is the engine version the stock image carries.
 	WorkerEngineVersion string
+	// MediaHostPathRoots are the host directories a localDirectory
+	// MediaStore without a PersistentVolumeClaim may mount, clean absolute
+	// paths outside the system directories (see ParseHostPathRoots). Empty
+	// means no worker pod ever mounts a host directory.
+	MediaHostPathRoots []string
 }
 
 // Observed is what the controller read from the API server for one Agent.
@@ -77,6 +83,9 @@ type Resolved struct {
 	ToolSources []ResolvedToolSource
 	// MediaStore is nil when the Agent references none.
 	MediaStore *agentsv1.MediaStore
+	// MediaHostPathRoots are the host directories the operator allows a
+	// hostPath media volume under; Worker refuses any other.
+	MediaHostPathRoots []string
 	// S3SessionToken is true when the S3 credentials Secret has a session
 	// token.
 	S3SessionToken bool
@@ -139,7 +148,7 @@ func EngineFor(agent *agentsv1.Agent, defaults Defaults) (engine agentsv1.Engine
 // and returns the builders' input, or the first reason the Agent cannot be
 // applied.
 func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Resolved, *Blocker) {
-	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent}}
+	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent, MediaHostPathRoots: defaults.MediaHostPathRoots}}
 	for _, check := range []func() *Blocker{
 		func() *Blocker { return r.engine(defaults) },
 		r.toolSources,
@@ -220,6 +229,10 @@ func (r *resolver) mediaStore() *Blocker {
 	if why := notReady(ms.DeletionTimestamp != nil, ms.Generation, ms.Status.ObservedGeneration, ms.Status.Conditions); why != "" {
 		return blocked(agentsv1.ReasonMediaStoreNotReady, "spec.mediaStore: MediaStore %q %s", ref.Name, why)
 	}
+	// The store's Ready may predate the operator's current host path roots.
+	if b := CheckMediaStore(ms, r.out.MediaHostPathRoots); b != nil {
+		return blocked(agentsv1.ReasonMediaStoreNotReady, "spec.mediaStore: MediaStore %q is not usable (%s: %s)", ref.Name, b.Reason, b.Message)
+	}
 	r.out.MediaStore = ms
 	return nil
 }
@@ -247,6 +260,9 @@ type SecretUse struct {
 	Secret   string
 	Required []string
 	Optional []string
+	// ValueProblem, when set, says why a value of a required key can never
+	// work where it goes (a header, an environment variable), or "".
+	ValueProblem func(string) string
 }
 
 func keyUse(field string, ref *agentsv1.SecretKeyReference) []SecretUse {
@@ -254,6 +270,10 @@ func keyUse(field string, ref *agentsv1.SecretKeyReference) []SecretUse {
 		return nil
 	}
 	return []SecretUse{{Field: field, Secret: ref.Name, Required: []string{ref.Key}}}
+}
+
+func checkedKeyUse(field string, ref *agentsv1.SecretKeyReference, problem func(string) string) SecretUse {
+	return SecretUse{Field: field, Secret: ref.Name, Required: []string{ref.Key}, ValueProblem: problem}
 }
 
 // ToolSourceSecretUses lists the Secret keys a ToolSource takes values from.
@@ -264,14 +284,16 @@ func ToolSourceSecretUses(ts *agentsv1.ToolSource, fieldPrefix string) []SecretU
 	if s := ts.Spec.MCP.Stdio; s != nil {
 		for _, v := range s.Env {
 			if v.ValueFrom != nil {
-				uses = append(uses, keyUse(fmt.Sprintf("%sspec.mcp.stdio.env[%s].valueFrom.secretKeyRef", fieldPrefix, v.Name), &v.ValueFrom.SecretKeyRef)...)
+				uses = append(uses, checkedKeyUse(fmt.Sprintf("%sspec.mcp.stdio.env[%s].valueFrom.secretKeyRef", fieldPrefix, v.Name),
+					&v.ValueFrom.SecretKeyRef, workerconfig.EnvValueProblem))
 			}
 		}
 	}
 	if h := ts.Spec.MCP.StreamableHTTP; h != nil {
 		for _, v := range h.Headers {
 			if v.ValueFrom != nil {
-				uses = append(uses, keyUse(fmt.Sprintf("%sspec.mcp.streamableHTTP.headers[%s].valueFrom.secretKeyRef", fieldPrefix, v.Name), &v.ValueFrom.SecretKeyRef)...)
+				uses = append(uses, checkedKeyUse(fmt.Sprintf("%sspec.mcp.streamableHTTP.headers[%s].valueFrom.secretKeyRef", fieldPrefix, v.Name),
+					&v.ValueFrom.SecretKeyRef, workerconfig.HeaderValueProblem))
 			}
 		}
 	}
@@ -349,7 +371,9 @@ func (r *resolver) allSecretUses() []SecretUse {
 }
 
 // CheckSecrets returns the first use whose Secret or required key is
-// missing. A use with no required keys may name a missing Secret.
+// missing, or whose value can never work where it goes. A use with no
+// required keys may name a missing Secret. Messages name the field, the
+// Secret and the key, never a value.
 func CheckSecrets(uses []SecretUse, secrets map[string]*corev1.Secret) *Blocker {
 	for _, use := range uses {
 		secret, ok := secrets[use.Secret]
@@ -360,8 +384,15 @@ func CheckSecrets(uses []SecretUse, secrets map[string]*corev1.Secret) *Blocker 
 			return blocked(agentsv1.ReasonSecretNotFound, "%s: Secret %q does not exist", use.Field, use.Secret)
 		}
 		for _, k := range use.Required {
-			if _, ok := secretValue(secret, k); !ok {
+			value, ok := secretValue(secret, k)
+			if !ok {
 				return blocked(agentsv1.ReasonSecretKeyNotFound, "%s: Secret %q has no key %q", use.Field, use.Secret, k)
+			}
+			if use.ValueProblem == nil {
+				continue
+			}
+			if problem := use.ValueProblem(string(value)); problem != "" {
+				return blocked(agentsv1.ReasonSecretValueInvalid, "%s: the value of key %q in Secret %q %s", use.Field, k, use.Secret, problem)
 			}
 		}
 	}

@@ -15,6 +15,7 @@ var testDefaults = Defaults{
 	Engine:              &agentsv1.EngineSpec{Address: "temporal:7233", Namespace: "default"},
 	WorkerImage:         "worker:stock",
 	WorkerEngineVersion: "0.1.0",
+	MediaHostPathRoots:  []string{"/media"},
 }
 
 type agentOption func(*agentsv1.Agent)
@@ -185,6 +186,23 @@ func TestResolveBlockers(t *testing.T) {
 			wantReason: agentsv1.ReasonMediaStoreNotReady, wantMessage: `MediaStore "media" is being deleted`,
 		},
 		{
+			name:  "a hostPath MediaStore outside the allowed host directories, though it reports Ready",
+			agent: testAgent(withMediaStoreRef("media")),
+			observed: observed(readyMediaStore("media", func(ms *agentsv1.MediaStore) {
+				ms.Spec.LocalDirectory.Root = "/srv/media"
+			})),
+			wantReason:  agentsv1.ReasonMediaStoreNotReady,
+			wantMessage: `spec.mediaStore: MediaStore "media" is not usable (HostPathNotAllowed: spec.localDirectory.root: /srv/media`,
+		},
+		{
+			name:        "a hostPath MediaStore when the operator allows no host directory",
+			agent:       testAgent(withMediaStoreRef("media")),
+			observed:    observed(readyMediaStore("media")),
+			defaults:    Defaults{Engine: testDefaults.Engine, WorkerImage: "w"},
+			wantReason:  agentsv1.ReasonMediaStoreNotReady,
+			wantMessage: "the operator allows none); use a PersistentVolumeClaim",
+		},
+		{
 			name:       "a missing model key Secret",
 			agent:      testAgent(withModelKey("openai", "api-key")),
 			wantReason: agentsv1.ReasonSecretNotFound, wantMessage: `spec.model.apiKeySecretRef: Secret "openai" does not exist`,
@@ -213,6 +231,28 @@ func TestResolveBlockers(t *testing.T) {
 			})),
 			wantReason:  agentsv1.ReasonSecretNotFound,
 			wantMessage: `ToolSource "tickets" spec.mcp.streamableHTTP.headers[Authorization].valueFrom.secretKeyRef: Secret "tickets" does not exist`,
+		},
+		{
+			name:  "a ToolSource header Secret whose value ends in a newline",
+			agent: testAgent(withToolSources("tickets")),
+			observed: observed(readyToolSource("tickets", func(ts *agentsv1.ToolSource) {
+				ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "https://t",
+					Headers: []agentsv1.HTTPHeader{{Name: "Authorization", ValueFrom: &agentsv1.SecretValueSource{
+						SecretKeyRef: agentsv1.SecretKeyReference{Name: "tickets", Key: "token"}}}}}}
+			}), secret("tickets", map[string]string{"token": "Bearer t0ken\n"})),
+			wantReason: agentsv1.ReasonSecretValueInvalid,
+			wantMessage: `ToolSource "tickets" spec.mcp.streamableHTTP.headers[Authorization].valueFrom.secretKeyRef: ` +
+				`the value of key "token" in Secret "tickets" contains a control character, such as CR or LF, which an HTTP header value cannot carry`,
+		},
+		{
+			name:  "a ToolSource environment Secret with a NUL byte",
+			agent: testAgent(withToolSources("files")),
+			observed: observed(readyToolSource("files", func(ts *agentsv1.ToolSource) {
+				ts.Spec.MCP.Stdio.Env = []agentsv1.ValueVar{{Name: "TOKEN", ValueFrom: &agentsv1.SecretValueSource{
+					SecretKeyRef: agentsv1.SecretKeyReference{Name: "files", Key: "token"}}}}
+			}), secret("files", map[string]string{"token": "a\x00b"})),
+			wantReason:  agentsv1.ReasonSecretValueInvalid,
+			wantMessage: `spec.mcp.stdio.env[TOKEN].valueFrom.secretKeyRef: the value of key "token" in Secret "files" contains a NUL byte`,
 		},
 		{
 			name:       "an engine TLS Secret that is missing",
@@ -250,7 +290,7 @@ func TestResolveBlockers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			defaults := tt.defaults
-			if defaults == (Defaults{}) {
+			if defaults.WorkerImage == "" && defaults.Engine == nil {
 				defaults = testDefaults
 			}
 			if tt.observed.ToolSources == nil {
@@ -265,6 +305,9 @@ func TestResolveBlockers(t *testing.T) {
 			}
 			if !strings.Contains(blocker.Message, tt.wantMessage) {
 				t.Errorf("message = %q, want it to contain %q", blocker.Message, tt.wantMessage)
+			}
+			if strings.Contains(blocker.Message, "t0ken") {
+				t.Errorf("message = %q repeats a Secret value", blocker.Message)
 			}
 		})
 	}

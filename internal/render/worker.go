@@ -146,9 +146,14 @@ func Selector(agentName string) string {
 }
 
 // FlowClaim identifies a Flow type on one engine namespace. At most one
-// Agent may run workers for a claim; the value fits in a label.
+// Agent may run workers for a claim; the value fits in a label. The address
+// and namespace are compared as ClaimAddress and ClaimNamespace spell them,
+// so two spellings of one address make one claim; an address already in
+// that form keeps the claim it always had.
 func FlowClaim(engine agentsv1.EngineSpec, flowType string) string {
-	sum := sha256.Sum256([]byte(engine.Address + "\x00" + engine.Namespace + "\x00" + flowType))
+	address := ClaimAddress(engine.Address)
+	namespace := ClaimNamespace(address, engine.Namespace)
+	sum := sha256.Sum256([]byte(address + "\x00" + namespace + "\x00" + flowType))
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -180,6 +185,9 @@ type PublishedGraph struct {
 
 // Worker builds the worker objects of a resolved Agent.
 func Worker(r *Resolved) (*WorkerObjects, error) {
+	if b := checkMediaVolume(r); b != nil {
+		return nil, b
+	}
 	envs := secretEnvs{}
 	cfg := workerConfig(r, envs)
 	doc, err := cfg.Encode()
@@ -445,6 +453,24 @@ func mediaStore(ms *agentsv1.MediaStore, sessionToken bool, envs secretEnvs) *wo
 	return out
 }
 
+// checkMediaVolume refuses, whatever Resolve decided, a local directory
+// store whose root is a system path, or whose hostPath volume the
+// operator's host path roots do not cover: no rendered pod ever mounts one.
+func checkMediaVolume(r *Resolved) *Blocker {
+	if r.MediaStore == nil || r.MediaStore.Spec.LocalDirectory == nil {
+		return nil
+	}
+	local := r.MediaStore.Spec.LocalDirectory
+	if !media.IsCleanAbsolutePath(local.Root) || media.IsSystemPath(local.Root) {
+		return blocked(agentsv1.ReasonMediaStoreNotReady,
+			"spec.mediaStore: MediaStore %q: spec.localDirectory.root %s is not a clean absolute path outside the system directories", r.MediaStore.Name, local.Root)
+	}
+	if b := CheckMediaStore(r.MediaStore, r.MediaHostPathRoots); b != nil {
+		return blocked(agentsv1.ReasonMediaStoreNotReady, "spec.mediaStore: MediaStore %q is not usable (%s: %s)", r.MediaStore.Name, b.Reason, b.Message)
+	}
+	return nil
+}
+
 // StoreURI is where every image URI of a MediaStore starts.
 func StoreURI(ms *agentsv1.MediaStore) string {
 	switch {
@@ -496,13 +522,20 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		mounts = append(mounts, corev1ac.VolumeMount().WithName("engine-tls").WithMountPath(EngineTLSDir).WithReadOnly(true))
 	}
 	if ms := r.MediaStore; ms != nil && ms.Spec.LocalDirectory != nil {
+		// checkMediaVolume let only a root outside the system directories
+		// through, and a hostPath only under an allowed host directory. The
+		// volume is exactly the store: the whole claim, or the node's
+		// directory root and nothing above it. Workers write images, so it
+		// is mounted read-write, at root, where image URIs point.
 		local := ms.Spec.LocalDirectory
 		media := corev1ac.Volume().WithName("media")
 		if local.PersistentVolumeClaimName != "" {
 			media.WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(local.PersistentVolumeClaimName))
 		} else {
 			// Single-node use: every worker on the node shares the directory.
-			media.WithHostPath(corev1ac.HostPathVolumeSource().WithPath(local.Root).WithType(corev1.HostPathDirectoryOrCreate))
+			// It must exist: the kubelet would create a missing one owned by
+			// root, which the workers, never root, could not write to.
+			media.WithHostPath(corev1ac.HostPathVolumeSource().WithPath(local.Root).WithType(corev1.HostPathDirectory))
 		}
 		volumes = append(volumes, media)
 		mounts = append(mounts, corev1ac.VolumeMount().WithName("media").WithMountPath(local.Root))

@@ -236,8 +236,8 @@ func TestRenderWorkerDeployment(t *testing.T) {
 			check: func(t *testing.T, w *WorkerObjects) {
 				for _, v := range w.Deployment.Spec.Template.Spec.Volumes {
 					if *v.Name == "media" {
-						if v.HostPath == nil || *v.HostPath.Path != "/media" {
-							t.Errorf("media volume = %+v, want hostPath /media", v)
+						if v.HostPath == nil || *v.HostPath.Path != "/media" || *v.HostPath.Type != corev1.HostPathDirectory {
+							t.Errorf("media volume = %+v, want hostPath /media of type Directory", v)
 						}
 						return
 					}

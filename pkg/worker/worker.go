@@ -430,7 +430,7 @@ func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
 		server.Connect = mcp.StdioConnect(ts.Stdio.Command, ts.Stdio.Args, func() ([]string, error) {
 			out := make([]string, 0, len(env))
 			for _, v := range env {
-				value, err := v.Resolve()
+				value, err := v.ResolveChecked(workerconfig.EnvValueProblem)
 				if err != nil {
 					return nil, fmt.Errorf("stdio.env[%s]: %w", v.Name, err)
 				}
@@ -446,7 +446,7 @@ func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
 		server.Connect = mcp.HTTPConnect(ts.StreamableHTTP.URL, func() (http.Header, error) {
 			h := http.Header{}
 			for _, v := range headers {
-				value, err := v.Resolve()
+				value, err := v.ResolveChecked(workerconfig.HeaderValueProblem)
 				if err != nil {
 					return nil, fmt.Errorf("streamableHTTP.headers[%s]: %w", v.Name, err)
 				}

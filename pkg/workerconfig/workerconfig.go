@@ -195,6 +195,44 @@ func (v Value) Resolve() (string, error) {
 	return v.Value, nil
 }
 
+// ResolveChecked returns the value, or an error when problem finds it
+// unusable. The error names the Secret key the value came from, never the
+// value.
+func (v Value) ResolveChecked(problem func(string) string) (string, error) {
+	value, err := v.Resolve()
+	if err != nil {
+		return "", err
+	}
+	if p := problem(value); p != "" {
+		if v.FromEnv != nil {
+			return "", fmt.Errorf("the value of Secret %s key %s %s", v.FromEnv.Secret, v.FromEnv.Key, p)
+		}
+		return "", fmt.Errorf("the value %s", p)
+	}
+	return value, nil
+}
+
+// HeaderValueProblem says why v can never be sent as an HTTP header value,
+// or returns "": a field value holds no control characters other than tab.
+// A Secret written from a file with a trailing newline is the usual cause.
+func HeaderValueProblem(v string) string {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return "contains a control character, such as CR or LF, which an HTTP header value cannot carry"
+		}
+	}
+	return ""
+}
+
+// EnvValueProblem says why v can never be the value of an environment
+// variable, or returns "".
+func EnvValueProblem(v string) string {
+	if strings.IndexByte(v, 0) >= 0 {
+		return "contains a NUL byte, which an environment variable cannot carry"
+	}
+	return ""
+}
+
 // Stdio runs an MCP server as a process.
 type Stdio struct {
 	Command string   `json:"command"`
@@ -313,6 +351,23 @@ func (c Config) Validate() error {
 		seen[ts.SourceName] = true
 		if (ts.Stdio == nil) == (ts.StreamableHTTP == nil) {
 			problems = append(problems, fmt.Sprintf("toolSources[%d] needs exactly one of stdio or streamableHTTP", i))
+		}
+		if s := ts.Stdio; s != nil {
+			if strings.TrimSpace(s.Command) != s.Command || s.Command == "" {
+				problems = append(problems, fmt.Sprintf("toolSources[%d].stdio.command must name an executable, without surrounding whitespace", i))
+			}
+			for _, v := range s.Env {
+				if p := EnvValueProblem(v.Value); p != "" {
+					problems = append(problems, fmt.Sprintf("toolSources[%d].stdio.env[%s]: the value %s", i, v.Name, p))
+				}
+			}
+		}
+		if h := ts.StreamableHTTP; h != nil {
+			for _, v := range h.Headers {
+				if p := HeaderValueProblem(v.Value); p != "" {
+					problems = append(problems, fmt.Sprintf("toolSources[%d].streamableHTTP.headers[%s]: the value %s", i, v.Name, p))
+				}
+			}
 		}
 	}
 	if m := c.MediaStore; m != nil && (m.S3 == nil) == (m.LocalDirectory == nil) {

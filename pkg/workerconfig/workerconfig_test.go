@@ -52,6 +52,16 @@ func TestDecodeRefuses(t *testing.T) {
 		{name: "a repeated source name", mutate: func(c *Config) {
 			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}}, {SourceName: "a", Stdio: &Stdio{Command: "y"}}}
 		}, want: `toolSources[1].sourceName "a" repeats`},
+		{name: "a stdio command of spaces", mutate: func(c *Config) {
+			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "  "}}}
+		}, want: "toolSources[0].stdio.command must name an executable"},
+		{name: "a header value with a line break", mutate: func(c *Config) {
+			c.ToolSources = []ToolSource{{SourceName: "a", StreamableHTTP: &StreamableHTTP{URL: "http://x",
+				Headers: []Value{{Name: "X-Team", Value: "a\r\nX-Injected: b"}}}}}
+		}, want: "toolSources[0].streamableHTTP.headers[X-Team]: the value contains a control character"},
+		{name: "an environment value with a NUL byte", mutate: func(c *Config) {
+			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x", Env: []Value{{Name: "TOKEN", Value: "a\x00b"}}}}}
+		}, want: "toolSources[0].stdio.env[TOKEN]: the value contains a NUL byte"},
 		{name: "a source with two transports", mutate: func(c *Config) {
 			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}, StreamableHTTP: &StreamableHTTP{URL: "http://x"}}}
 		}, want: "exactly one of stdio or streamableHTTP"},
@@ -99,5 +109,23 @@ func TestSecretValues(t *testing.T) {
 	_, err := missing.Lookup()
 	if err == nil || !strings.Contains(err.Error(), `Secret openai key api-key`) {
 		t.Errorf("Lookup() of a missing variable = %v, want an error naming the Secret key", err)
+	}
+}
+
+func TestResolveCheckedNamesTheSecretNeverTheValue(t *testing.T) {
+	t.Setenv("STEPWISE_SECRET_TOKEN", "Bearer s3cr3t\n")
+	v := Value{Name: "Authorization", FromEnv: &SecretEnv{Env: "STEPWISE_SECRET_TOKEN", Secret: "tickets", Key: "token"}}
+	_, err := v.ResolveChecked(HeaderValueProblem)
+	if err == nil || !strings.Contains(err.Error(), "Secret tickets key token contains a control character") || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("ResolveChecked() = %v, want an error naming Secret tickets key token and not the value", err)
+	}
+	t.Setenv("STEPWISE_SECRET_TOKEN", "Bearer s3cr3t\twith a tab")
+	if got, err := v.ResolveChecked(HeaderValueProblem); err != nil || got != "Bearer s3cr3t\twith a tab" {
+		t.Errorf("ResolveChecked() = %q, %v; a tab is a valid header value byte", got, err)
+	}
+	// No process environment can hold a NUL byte, so only an inline value
+	// shows this one.
+	if _, err := (Value{Name: "TOKEN", Value: "a\x00b"}).ResolveChecked(EnvValueProblem); err == nil || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("ResolveChecked(EnvValueProblem) = %v, want the NUL byte refused", err)
 	}
 }
