@@ -52,6 +52,12 @@ verify-gen: ## Fail when committed generated files are stale (regenerating them)
 		diff <(echo "$$before") <(echo "$$after") || true; exit 1; \
 	fi
 
+.PHONY: verify-tree
+verify-tree: ## Fail when a committed file is a build output: an executable or anything over 1 MiB.
+	@bad=$$( { git ls-files -s | awk '$$1 == "100755" {print $$4}' | grep -v -E '^(\.ci/run|hack/.*\.sh)$$'; \
+		git ls-files -z | xargs -0 -r stat -c '%s %n' | awk '$$1 > 1048576 {print $$2}'; } | sort -u); \
+	if [ -n "$$bad" ]; then echo "committed build outputs (they belong in bin/, which git ignores):"; echo "$$bad"; exit 1; fi
+
 .PHONY: fmt
 fmt: ## Format the Go code.
 	go fmt ./...
@@ -66,7 +72,7 @@ lint: $(GOLANGCI_LINT) $(WORKFLOWCHECK) ## Run golangci-lint, and workflowcheck 
 	$(WORKFLOWCHECK) -config hack/workflowcheck.yaml ./...
 
 .PHONY: test
-test: verify-gen vet lint envtest temporal mcp-servers ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server, Temporal dev server and MCP servers.
+test: verify-tree verify-gen vet lint envtest temporal mcp-servers ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server, Temporal dev server and MCP servers.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
 		go test $(GO_TEST_FLAGS) ./...
 
