@@ -213,7 +213,7 @@ func TestTwoTurnsWithToolCallsAgainstEachProvidersWireFormat(t *testing.T) {
 				t.Fatal(err)
 			}
 			shown, _ := json.Marshal(snap)
-			resp, err := http.Get("http://" + w.Health + "/debug/events?session=s1")
+			resp, err := http.Get("http://" + w.Debug + "/debug/events?session=s1")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -55,6 +55,12 @@ func TestDecodeRefuses(t *testing.T) {
 		{name: "a source with two transports", mutate: func(c *Config) {
 			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}, StreamableHTTP: &StreamableHTTP{URL: "http://x"}}}
 		}, want: "exactly one of stdio or streamableHTTP"},
+		{name: "a debug address on every interface", mutate: func(c *Config) { c.DebugAddress = ":8081" },
+			want: `debugAddress: ":8081" is not a loopback address`},
+		{name: "a debug address on the pod network", mutate: func(c *Config) { c.DebugAddress = "10.0.0.7:8081" },
+			want: `debugAddress: "10.0.0.7:8081" is not a loopback address`},
+		{name: "a debug address without a port", mutate: func(c *Config) { c.DebugAddress = "127.0.0.1" },
+			want: `debugAddress: "127.0.0.1" is not host:port`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,5 +105,15 @@ func TestSecretValues(t *testing.T) {
 	_, err := missing.Lookup()
 	if err == nil || !strings.Contains(err.Error(), `Secret openai key api-key`) {
 		t.Errorf("Lookup() of a missing variable = %v, want an error naming the Secret key", err)
+	}
+}
+
+func TestLoopbackDebugAddressesAreAccepted(t *testing.T) {
+	for _, address := range []string{"127.0.0.1:8081", "[::1]:8081", "localhost:8081", "127.0.0.1:0"} {
+		cfg := validConfig()
+		cfg.DebugAddress = address
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("debugAddress %q: %v", address, err)
+		}
 	}
 }
