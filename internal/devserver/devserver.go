@@ -22,10 +22,14 @@ import (
 const Namespace = "default"
 
 // args tune the dev server for one machine: one partition per task queue,
-// so a task never waits to be forwarded to the partition a worker polls.
+// so a task never waits to be forwarded to the partition a worker polls,
+// and eager activity dispatch, so an activity that workflow code schedules
+// on its own task queue goes straight back to the worker that completed
+// the workflow task instead of waiting in matching to be dispatched.
 var args = []string{
 	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+	"--dynamic-config-value", "system.enableActivityEagerExecution=true",
 }
 
 // Start starts a dev server from the CLI at path, with extra arguments such

@@ -40,6 +40,14 @@ type WorkerOptions struct {
 // NewWorker returns a worker that runs the sessions of one Flow type.
 // Stopping it stops polling and lets running Steps finish within
 // Options.WorkerStopTimeout.
+//
+// It takes eager activities: every Step is an activity on the session's
+// own task queue, so where the server dispatches eagerly
+// (system.enableActivityEagerExecution) the worker that completes a
+// workflow task starts the Steps it schedules at once, within its free
+// task slots, instead of each waiting in the task queue. Options that
+// disable them (DisableEagerActivities, or TaskQueueActivitiesPerSecond,
+// which implies it) give that up.
 func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	if o.Timings == (Timings{}) {
 		o.Timings = DefaultTimings()

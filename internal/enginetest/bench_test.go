@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -30,6 +32,11 @@ import (
 // workflow code, so no tool Step runs). BenchmarkModelAndToolStep adds one
 // CallTool Step of a no-op read tool. BenchmarkTurns is whole one-call turns
 // across concurrent sessions on one worker.
+//
+// The first three also report, from the workflow history, each activity
+// type's mean schedule-to-start (the time a task waits to reach a worker:
+// near zero when the server dispatches it eagerly) and run time (start to
+// completion, the worker's own work and the report back), in ms.
 
 func noop(context.Context) error { return nil }
 
@@ -62,6 +69,66 @@ func BenchmarkRawActivity(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.StopTimer()
+	reportStepTimes(b, c, "raw")
+}
+
+// stepTimes sums one activity type's waits and runs.
+type stepTimes struct {
+	count                 int
+	scheduleToStart, runs time.Duration
+}
+
+// reportStepTimes reads every run of a workflow's history, newest first,
+// and reports each activity type's mean schedule-to-start and run time.
+func reportStepTimes(b *testing.B, c client.Client, workflowID string) {
+	b.Helper()
+	ctx := context.Background()
+	times := map[string]*stepTimes{}
+	for runID := ""; ; {
+		scheduled := map[int64]*historypb.HistoryEvent{}
+		started := map[int64]*historypb.HistoryEvent{}
+		previous := ""
+		iter := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			e, err := iter.Next()
+			if err != nil {
+				b.Fatalf("reading the history of %s: %v", workflowID, err)
+			}
+			switch e.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+				previous = e.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+				scheduled[e.GetEventId()] = e
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+				started[e.GetActivityTaskStartedEventAttributes().GetScheduledEventId()] = e
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+				id := e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId()
+				s, st := scheduled[id], started[id]
+				if s == nil || st == nil {
+					continue
+				}
+				name := s.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName()
+				t := times[name]
+				if t == nil {
+					t = &stepTimes{}
+					times[name] = t
+				}
+				t.count++
+				t.scheduleToStart += st.GetEventTime().AsTime().Sub(s.GetEventTime().AsTime())
+				t.runs += e.GetEventTime().AsTime().Sub(st.GetEventTime().AsTime())
+			}
+		}
+		if previous == "" {
+			break
+		}
+		runID = previous
+	}
+	ms := func(d time.Duration, n int) float64 { return float64(d) / float64(n) / float64(time.Millisecond) }
+	for name, t := range times {
+		b.ReportMetric(ms(t.scheduleToStart, t.count), name+"-sched-ms")
+		b.ReportMetric(ms(t.runs, t.count), name+"-run-ms")
+	}
 }
 
 type noteArgs struct {
@@ -70,7 +137,7 @@ type noteArgs struct {
 
 // benchWorker starts an in-process session worker whose scripted model
 // makes iterations model calls per turn, each asking for call, then answers.
-func benchWorker(b *testing.B, flowType string, iterations int, call agent.ScriptedToolCall) *sessions.Sessions {
+func benchWorker(b *testing.B, flowType string, iterations int, call agent.ScriptedToolCall) (*sessions.Sessions, client.Client) {
 	server := StartDevServer(b)
 	c := server.Client()
 	read := agent.MustTool("noop_read", "Does nothing.", agent.EffectRead,
@@ -99,7 +166,7 @@ func benchWorker(b *testing.B, flowType string, iterations int, call agent.Scrip
 		b.Fatal(err)
 	}
 	b.Cleanup(w.Stop)
-	return sessions.New(c, flowType, "")
+	return sessions.New(c, flowType, ""), c
 }
 
 // waitForTurns polls until a session has finished turns turns.
@@ -118,12 +185,14 @@ func waitForTurns(b *testing.B, s *sessions.Sessions, id string, turns int) {
 }
 
 func benchOneTurn(b *testing.B, call agent.ScriptedToolCall) {
-	s := benchWorker(b, "Bench", b.N, call)
+	s, c := benchWorker(b, "Bench", b.N, call)
 	b.ResetTimer()
 	if ok, err := s.Start(context.Background(), "bench", "go"); !ok || err != nil {
 		b.Fatalf("Start = %v, %v", ok, err)
 	}
 	waitForTurns(b, s, "bench", 1)
+	b.StopTimer()
+	reportStepTimes(b, c, "bench")
 }
 
 func BenchmarkModelStep(b *testing.B) {
@@ -135,7 +204,7 @@ func BenchmarkModelAndToolStep(b *testing.B) {
 }
 
 func BenchmarkTurns(b *testing.B) {
-	s := benchWorker(b, "Turns", 1, agent.ScriptedToolCall{})
+	s, _ := benchWorker(b, "Turns", 1, agent.ScriptedToolCall{})
 	const concurrency = 16
 	b.ResetTimer()
 	start := time.Now()

@@ -107,6 +107,28 @@ func TestAWorkerKilledDuringMCPCallsOfEachEffectClassFollowsTheReissueRules(t *t
 	}
 }
 
+// A read whose server also calls it idempotent, as the reference servers
+// mark their reads, is a read: when each of its three attempts outlasts the
+// request timeout, the call is recorded failed, not outcome_unknown.
+func TestAReadOnlyIdempotentMCPToolThatTimesOutThreeTimesFails(t *testing.T) {
+	s, ledger := ledgerStack(t, "MCPReadTimeout")
+	s.Config.ToolSources[0].RequestTimeout = metav1.Duration{Duration: time.Second}
+	ledger.Hold("quote")
+	defer ledger.Release("quote")
+	sessions := client.New(s.Client, s.FlowType, "")
+	s.StartWorker()
+	if ok, err := sessions.Start(context.Background(), "s1", "tools: ledger__quote"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	answer := lastAnswer(t, sessions, "s1", 1)
+	if !strings.HasPrefix(answer, "results: ledger__quote=The tool call failed: ") || strings.Contains(answer, session.OutcomeUnknownText) {
+		t.Errorf("the model saw %q, want the read recorded failed", answer)
+	}
+	if calls := ledger.CallsOf("quote"); len(calls) != 3 {
+		t.Errorf("quote was sent %d times, want three attempts: %+v", len(calls), calls)
+	}
+}
+
 // Declared writes of one response run in the model's order, and a write
 // after one that did not succeed is skipped without being sent.
 func TestDeclaredMCPWritesRunInOrderAndStopAtTheFirstThatDidNotSucceed(t *testing.T) {

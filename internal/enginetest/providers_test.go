@@ -19,8 +19,10 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
 const providerKey = "sk-provider-key-never-logged-7781"
@@ -213,7 +215,7 @@ func TestTwoTurnsWithToolCallsAgainstEachProvidersWireFormat(t *testing.T) {
 				t.Fatal(err)
 			}
 			shown, _ := json.Marshal(snap)
-			resp, err := http.Get("http://" + w.Health + "/debug/events?session=s1")
+			resp, err := http.Get("http://" + w.Debug + "/debug/events?session=s1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,5 +292,135 @@ func TestSessionSettingsChooseAmongTheStockWorkersModels(t *testing.T) {
 	first := openai.requests[0]
 	if !strings.Contains(first, "waited 2") || strings.Contains(first, "sig-") || !strings.Contains(first, `"model":"model-x"`) {
 		t.Errorf("turn 2's first request does not replay turn 1 provider-neutrally: %s", first)
+	}
+}
+
+// careless is an OpenAI-compatible server as LM Studio, llama.cpp or a
+// proxy behaves: it cuts the turn's first stream (so RunModel is retried),
+// then calls the ledger's balance three times with an empty ID and call_0
+// twice, and in the next turn calls it with call_0 again.
+type careless struct {
+	mu       sync.Mutex
+	requests []string
+}
+
+func (c *careless) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	c.mu.Lock()
+	c.requests = append(c.requests, string(body))
+	n := len(c.requests)
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	chunk := func(delta, finish string) {
+		f := "null"
+		if finish != "" {
+			f = `"` + finish + `"`
+		}
+		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":%s}]}\n\n", delta, f)
+	}
+	call := func(index int, id, note string) string {
+		return fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":"ledger__balance","arguments":"{\"note\":\"%s\"}"}}]}`, index, id, note)
+	}
+	switch n {
+	case 1:
+		chunk(call(0, "", "cut"), "")
+		return // no finish reason: a broken stream, retried
+	case 2:
+		chunk(call(0, "", "first"), "")
+		chunk(call(1, "call_0", "second"), "")
+		chunk(call(2, "call_0", "third"), "")
+		chunk(`{}`, "tool_calls")
+	case 4:
+		chunk(call(0, "call_0", "again"), "")
+		chunk(`{}`, "tool_calls")
+	default:
+		chunk(fmt.Sprintf(`{"role":"assistant","content":"done %d"}`, n), "stop")
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// Empty and repeated tool call IDs from an OpenAI-compatible server do not
+// fail the turn: the client makes up IDs from the turn and the call's
+// position, the same on the retried RunModel, and each tool result goes
+// back to the provider paired with its own call.
+func TestEmptyAndRepeatedToolCallIDsFromAnOpenAICompatibleServer(t *testing.T) {
+	provider := &careless{}
+	srv := httptest.NewServer(http.HandlerFunc(provider.serve))
+	defer srv.Close()
+	ledger := mcptest.NewLedger(t)
+	s := NewStack(t, "ProviderCarelessIDs")
+	renderedConfig(t, s, agentsv1.ModelProviderOpenAICompatible, srv.URL+"/v1")
+	s.Config.ToolSources = []workerconfig.ToolSource{httpToolSource("ledger", ledger.URL)}
+	s.StartWorker()
+	sessions := client.New(s.Client, s.FlowType, "")
+	ctx := context.Background()
+	if ok, err := sessions.Start(ctx, "s1", "balances please"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "done 3" {
+		t.Fatalf("turn 1 answer = %q", answer)
+	}
+	if ok, err := sessions.Send(ctx, "s1", "again"); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	if answer := lastAnswer(t, sessions, "s1", 2); answer != "done 5" {
+		t.Fatalf("turn 2 answer = %q", answer)
+	}
+
+	// The retried first call (request 2) got IDs from turn-1's first model
+	// call; the repeat in turn 2 got one from turn-2's.
+	wantIDs := map[string]string{ // by the call's note
+		"first": "call_turn-1_1_0", "second": "call_0", "third": "call_turn-1_1_2", "again": "call_turn-2_1_0",
+	}
+	turnOf := map[string]string{"first": "turn-1", "second": "turn-1", "third": "turn-1", "again": "turn-2"}
+	provider.mu.Lock()
+	requests := append([]string(nil), provider.requests...)
+	provider.mu.Unlock()
+	if len(requests) != 5 {
+		t.Fatalf("the provider got %d requests, want 5 (one retried)", len(requests))
+	}
+	var last struct {
+		Messages []struct {
+			Role       string `json:"role"`
+			Content    any    `json:"content"`
+			ToolCallID string `json:"tool_call_id"`
+			ToolCalls  []struct {
+				ID       string `json:"id"`
+				Function struct {
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(requests[4]), &last); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]string{}
+	seen := map[string]bool{}
+	for _, m := range last.Messages {
+		if m.Role == "tool" {
+			results[m.ToolCallID], _ = m.Content.(string)
+		}
+		for _, c := range m.ToolCalls {
+			var args noteArgs
+			_ = json.Unmarshal([]byte(c.Function.Arguments), &args)
+			if want := wantIDs[args.Note]; c.ID != want {
+				t.Errorf("the call with note %q has ID %q, want %q", args.Note, c.ID, want)
+			}
+			seen[args.Note] = true
+		}
+	}
+	if len(seen) != len(wantIDs) {
+		t.Errorf("the last request replays the calls %v, want %v", seen, wantIDs)
+	}
+	for note, id := range wantIDs {
+		// The ledger answers with the idempotency key, which names the
+		// call: each result is its own call's.
+		if want := "balance applied s1/" + turnOf[note] + "/" + id; results[id] != want {
+			t.Errorf("the result paired with %s (note %s) = %q, want %q", id, note, results[id], want)
+		}
+	}
+	if calls := ledger.CallsOf("balance"); len(calls) != 4 {
+		t.Errorf("the ledger got %d calls, want 4: %+v", len(calls), calls)
 	}
 }

@@ -134,7 +134,10 @@ func NewStack(t testing.TB, flowType string, serverArgs ...string) *Stack {
 type Worker struct {
 	cmd    *exec.Cmd
 	Health string
-	done   chan struct{}
+	// Debug is the loopback address that serves the worker's recent
+	// session events.
+	Debug string
+	done  chan struct{}
 }
 
 // StartWorker starts a worker process and waits until it polls for tasks.
@@ -143,6 +146,7 @@ func (s *Stack) StartWorker() *Worker {
 	s.workers++
 	cfg := s.Config
 	cfg.HealthAddress = freeAddress(s.t)
+	cfg.DebugAddress = freeAddress(s.t)
 	doc, err := cfg.Encode()
 	if err != nil {
 		s.t.Fatal(err)
@@ -162,7 +166,7 @@ func (s *Stack) StartWorker() *Worker {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("starting a worker: %v", err)
 	}
-	w := &Worker{cmd: cmd, Health: cfg.HealthAddress, done: make(chan struct{})}
+	w := &Worker{cmd: cmd, Health: cfg.HealthAddress, Debug: cfg.DebugAddress, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(w.done) }()
 	s.t.Cleanup(w.Kill)
 	deadline := time.Now().Add(30 * time.Second)

@@ -62,14 +62,15 @@ func (r *Ring) Write(sessionID string, e session.Event) {
 	}
 }
 
-// Since returns a session's records after seq, oldest first; an empty
-// session ID returns every session's.
+// Since returns one session's records after seq, oldest first. Records
+// hold a session's text, so no ID lists every session's: an empty one
+// returns none.
 func (r *Ring) Since(sessionID string, seq int64) []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Record
 	for _, rec := range r.records {
-		if rec.Seq > seq && (sessionID == "" || rec.SessionID == sessionID) {
+		if rec.Seq > seq && sessionID != "" && rec.SessionID == sessionID {
 			out = append(out, rec)
 		}
 	}

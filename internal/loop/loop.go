@@ -300,6 +300,7 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		}
 		req.Instructions = instructions
 	}
+	req.TurnID, req.ModelCall = turn.TurnID, turn.ModelCalls+1
 	resp, err := model.Client.CallModel(ctx, req, deltaWriter{turn.Events})
 	if err != nil {
 		return session.ModelOutcome{}, err

@@ -70,6 +70,9 @@ const (
 	EngineTLSDir  = "/etc/stepwise/engine-tls"
 	HealthPort    = 8080
 	healthAddress = ":8080"
+	// debugAddress serves one session's recent events inside the pod
+	// only; `kubectl port-forward` reaches it for those Kubernetes allows.
+	debugAddress = "127.0.0.1:8081"
 
 	// EnvPodName carries the pod's name, the worker's identity on the engine.
 	EnvPodName = "STEPWISE_POD_NAME"
@@ -305,6 +308,7 @@ func workerConfig(r *Resolved, envs secretEnvs) workerconfig.Config {
 		},
 		TaskSlots:     orDefault(workers(agent).TaskSlots, fallbackTaskSlots),
 		HealthAddress: healthAddress,
+		DebugAddress:  debugAddress,
 		Definition: workerconfig.Definition{
 			Name:              agent.Name,
 			Instructions:      spec.Instructions,

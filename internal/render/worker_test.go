@@ -109,6 +109,8 @@ func TestRenderWorkerConfig(t *testing.T) {
 			cfg.Definition.ModelChoices[0].Model.Name + " " + cfg.Definition.ModelChoices[0].Model.ReasoningEffort, "claude anthropic claude-x high"},
 		{"model choice key by env", cfg.Definition.ModelChoices[0].Model.APIKey.Env, SecretEnvName("anthropic", "key")},
 		{"store URI", cfg.MediaStore.StoreURI, "file:///media"},
+		{"health on the pod network", cfg.HealthAddress, ":8080"},
+		{"events on loopback only", cfg.DebugAddress, "127.0.0.1:8081"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

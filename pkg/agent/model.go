@@ -54,6 +54,13 @@ type ModelRequest struct {
 	ToolChoice ToolChoice `json:"toolChoice,omitempty"`
 	// Settings are the model settings.
 	Settings ModelSettings `json:"settings"`
+	// TurnID and ModelCall name the call: its turn, and its one-based
+	// number among the turn's model calls. Every attempt of one RunModel
+	// Step carries the same, so an ID a client makes up from them (for a
+	// tool call whose provider sent none) is the same on a retry. Zero
+	// outside a turn.
+	TurnID    string `json:"turnId,omitempty"`
+	ModelCall int    `json:"modelCall,omitempty"`
 }
 
 // ModelSettings tune a model call.

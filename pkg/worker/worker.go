@@ -1,6 +1,7 @@
 // Package worker runs the sessions of one Agent: it reads the configuration
 // the operator renders, connects to Temporal, registers the Agent's Flow
-// type with its task slots, serves health and readiness, and on SIGTERM
+// type with its task slots, serves health and readiness (and, on loopback
+// only, one session's recent events for debugging), and on SIGTERM
 // stops taking tasks and lets running Steps finish.
 //
 // The stock worker image runs Main with no tools of its own. A team that
@@ -308,13 +309,25 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	})
 
 	var ready atomic.Bool
-	server, listener, err := healthServer(cfg.HealthAddress, &ready, ring)
+	server, listener, err := healthServer(cfg.HealthAddress, &ready)
 	if err != nil {
 		return err
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- server.Serve(listener) }()
+	serveErr := make(chan error, 2)
+	go func() {
+		serveErr <- fmt.Errorf("serving health probes on %s: %w", cfg.HealthAddress, server.Serve(listener))
+	}()
 	defer func() { _ = server.Close() }()
+	if cfg.DebugAddress != "" {
+		debug, debugListener, err := debugServer(cfg.DebugAddress, ring)
+		if err != nil {
+			return err
+		}
+		go func() {
+			serveErr <- fmt.Errorf("serving debug events on %s: %w", cfg.DebugAddress, debug.Serve(debugListener))
+		}()
+		defer func() { _ = debug.Close() }()
+	}
 
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting the worker for Flow type %s on task queue %s: %w", cfg.FlowType, cfg.Engine.TaskQueue, err)
@@ -327,7 +340,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	case err := <-serveErr:
 		ready.Store(false)
 		w.Stop()
-		return fmt.Errorf("serving health probes on %s: %w", cfg.HealthAddress, err)
+		return err
 	}
 	ready.Store(false)
 	logger.Info("stopping: no new tasks; running Steps may finish", "timeout", stopTimeout.String())
@@ -336,9 +349,9 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	return nil
 }
 
-// healthServer serves /healthz, /readyz (ready while the worker polls), and
-// /debug/events, this worker's recent session events.
-func healthServer(address string, ready *atomic.Bool, ring *events.Ring) (*http.Server, net.Listener, error) {
+// healthServer serves /healthz and /readyz (ready while the worker polls)
+// and nothing else: it listens where probes reach it, on the pod network.
+func healthServer(address string, ready *atomic.Bool) (*http.Server, net.Listener, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -348,17 +361,45 @@ func healthServer(address string, ready *atomic.Bool, ring *events.Ring) (*http.
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/debug/events", func(w http.ResponseWriter, r *http.Request) {
-		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(ring.Since(r.URL.Query().Get("session"), after))
-	})
 	if address == "" {
 		address = ":8080"
 	}
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, nil, fmt.Errorf("serving health probes on %s: %w", address, err)
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, listener, nil
+}
+
+// debugServer serves /debug/events?session=<id>&after=<seq>, one session's
+// recent events from this worker's buffer, on a loopback address only:
+// events hold the session's text. A request without a session is refused,
+// so no one lists every session's events.
+func debugServer(address string, ring *events.Ring) (*http.Server, net.Listener, error) {
+	if err := workerconfig.CheckLoopback(address); err != nil {
+		return nil, nil, fmt.Errorf("debugAddress: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/events", func(w http.ResponseWriter, r *http.Request) {
+		id := r.URL.Query().Get("session")
+		if id == "" {
+			http.Error(w, "the session query parameter is required: /debug/events?session=<id>", http.StatusBadRequest)
+			return
+		}
+		after := int64(0)
+		if v := r.URL.Query().Get("after"); v != "" {
+			var err error
+			if after, err = strconv.ParseInt(v, 10, 64); err != nil {
+				http.Error(w, fmt.Sprintf("after=%q is not a sequence number", v), http.StatusBadRequest)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(ring.Since(id, after))
+	})
+	listener, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serving debug events on %s: %w", address, err)
 	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, listener, nil
 }

@@ -577,9 +577,9 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func startHealthServer(t *testing.T, ready *atomic.Bool, ring *events.Ring) string {
+func startHealthServer(t *testing.T, ready *atomic.Bool) string {
 	t.Helper()
-	server, listener, err := healthServer("127.0.0.1:0", ready, ring)
+	server, listener, err := healthServer("127.0.0.1:0", ready)
 	if err != nil {
 		t.Fatalf("healthServer() = %v", err)
 	}
@@ -588,9 +588,20 @@ func startHealthServer(t *testing.T, ready *atomic.Bool, ring *events.Ring) stri
 	return "http://" + listener.Addr().String()
 }
 
+func startDebugServer(t *testing.T, ring *events.Ring) string {
+	t.Helper()
+	server, listener, err := debugServer("127.0.0.1:0", ring)
+	if err != nil {
+		t.Fatalf("debugServer() = %v", err)
+	}
+	go func() { _ = server.Serve(listener) }()
+	t.Cleanup(func() { _ = server.Close() })
+	return "http://" + listener.Addr().String()
+}
+
 func TestHealthServerAnswersHealthzAlways(t *testing.T) {
 	var ready atomic.Bool
-	base := startHealthServer(t, &ready, events.NewRing(1<<20))
+	base := startHealthServer(t, &ready)
 	if status, body := get(t, base+"/healthz"); status != http.StatusOK || body != "ok\n" {
 		t.Errorf("/healthz = %d %q, want 200 ok", status, body)
 	}
@@ -598,7 +609,7 @@ func TestHealthServerAnswersHealthzAlways(t *testing.T) {
 
 func TestHealthServerIsReadyOnlyOnceTheWorkerPolls(t *testing.T) {
 	var ready atomic.Bool
-	base := startHealthServer(t, &ready, events.NewRing(1<<20))
+	base := startHealthServer(t, &ready)
 	if status, _ := get(t, base+"/readyz"); status != http.StatusServiceUnavailable {
 		t.Errorf("/readyz before the worker polls = %d, want 503", status)
 	}
@@ -612,13 +623,24 @@ func TestHealthServerIsReadyOnlyOnceTheWorkerPolls(t *testing.T) {
 	}
 }
 
-func TestHealthServerServesASessionsRecentEvents(t *testing.T) {
+// The health port is on the pod network: it answers probes and serves no
+// session's events, with or without a session.
+func TestHealthServerServesNoEvents(t *testing.T) {
+	var ready atomic.Bool
+	base := startHealthServer(t, &ready)
+	for _, path := range []string{"/debug/events", "/debug/events?session=s1", "/debug/"} {
+		if status, body := get(t, base+path); status != http.StatusNotFound {
+			t.Errorf("GET %s on the health port = %d %q, want 404", path, status, body)
+		}
+	}
+}
+
+func TestDebugServerServesOneSessionsRecentEvents(t *testing.T) {
 	ring := events.NewRing(1 << 20)
 	ring.Write("s1", session.NewEvent(session.EventTurnStarted, "t1", map[string]any{"sequence": 1}))
 	ring.Write("s2", session.NewEvent(session.EventTurnStarted, "t9", map[string]any{"sequence": 1}))
 	ring.Write("s1", session.NewEvent(session.EventTextDelta, "t1", map[string]any{"text": "hello"}))
-	var ready atomic.Bool
-	base := startHealthServer(t, &ready, ring)
+	base := startDebugServer(t, ring)
 
 	decode := func(query string) []events.Record {
 		t.Helper()
@@ -659,6 +681,20 @@ func TestHealthServerServesASessionsRecentEvents(t *testing.T) {
 	if none := decode("session=s3"); len(none) != 0 {
 		t.Errorf("events of a session with none = %+v", none)
 	}
+	for _, query := range []string{"", "?session=", "?after=1", "?session=s1&after=one"} {
+		if status, body := get(t, base+"/debug/events"+query); status != http.StatusBadRequest || strings.Contains(body, "hello") {
+			t.Errorf("/debug/events%s = %d %q, want 400 and no events", query, status, body)
+		}
+	}
+}
+
+func TestDebugServerRefusesAnAddressOffLoopback(t *testing.T) {
+	for _, address := range []string{":0", "0.0.0.0:0", "[::]:0"} {
+		if _, _, err := debugServer(address, events.NewRing(1<<20)); err == nil || !strings.Contains(err.Error(), "debugAddress") ||
+			!strings.Contains(err.Error(), "not a loopback address") {
+			t.Errorf("debugServer(%q) = %v, want a refusal naming debugAddress", address, err)
+		}
+	}
 }
 
 func TestHealthServerRefusesAnAddressInUse(t *testing.T) {
@@ -668,7 +704,7 @@ func TestHealthServerRefusesAnAddressInUse(t *testing.T) {
 	}
 	defer l.Close()
 	var ready atomic.Bool
-	_, _, err = healthServer(l.Addr().String(), &ready, events.NewRing(1<<20))
+	_, _, err = healthServer(l.Addr().String(), &ready)
 	if err == nil || !strings.Contains(err.Error(), "serving health probes on "+l.Addr().String()) {
 		t.Fatalf("healthServer() on an address in use = %v, want an error naming it", err)
 	}
@@ -692,6 +728,8 @@ func TestRunServesSessionsUntilItsContextEnds(t *testing.T) {
 	}
 	cfg.HealthAddress = freeAddress(t)
 	health := "http://" + cfg.HealthAddress
+	cfg.DebugAddress = freeAddress(t)
+	debug := "http://" + cfg.DebugAddress
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -731,9 +769,12 @@ func TestRunServesSessionsUntilItsContextEnds(t *testing.T) {
 	if last != "Demo reply: hi" {
 		t.Errorf("the last message is %q, want %q", last, "Demo reply: hi")
 	}
-	status, body := get(t, health+"/debug/events?session=run-s1")
+	status, body := get(t, debug+"/debug/events?session=run-s1")
 	if status != http.StatusOK || !strings.Contains(body, `"turn_started"`) {
 		t.Errorf("/debug/events of the session = %d %s, want its turn_started event", status, body)
+	}
+	if status, body := get(t, health+"/debug/events?session=run-s1"); status != http.StatusNotFound {
+		t.Errorf("/debug/events on the health port = %d %s, want 404", status, body)
 	}
 
 	cancel()

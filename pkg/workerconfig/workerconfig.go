@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -45,8 +46,15 @@ type Config struct {
 	Engine Engine `json:"engine"`
 	// TaskSlots is how many Steps one worker runs at once.
 	TaskSlots int32 `json:"taskSlots"`
-	// HealthAddress is where the worker serves /healthz and /readyz.
+	// HealthAddress is where the worker serves /healthz and /readyz, and
+	// nothing else: probes reach it over the pod network.
 	HealthAddress string `json:"healthAddress"`
+	// DebugAddress is where the worker serves /debug/events?session=<id>,
+	// one session's recent events, which hold the session's text. It must
+	// be a loopback address (127.0.0.1:8081, [::1]:8081, localhost:8081),
+	// so only the pod itself, or someone Kubernetes lets port-forward to
+	// it, can read them. Empty serves no events.
+	DebugAddress string `json:"debugAddress,omitempty"`
 
 	// Definition is the agent definition the session Flow runs.
 	Definition Definition `json:"definition"`
@@ -370,6 +378,11 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	if c.DebugAddress != "" {
+		if err := CheckLoopback(c.DebugAddress); err != nil {
+			problems = append(problems, "debugAddress: "+err.Error())
+		}
+	}
 	if m := c.MediaStore; m != nil && (m.S3 == nil) == (m.LocalDirectory == nil) {
 		problems = append(problems, "mediaStore needs exactly one of s3 or localDirectory")
 	}
@@ -377,4 +390,25 @@ func (c Config) Validate() error {
 		return errors.New("invalid worker config: " + strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// CheckLoopback accepts a host:port address whose host is localhost or a
+// loopback IP, so that what listens there is unreachable from the pod
+// network; an address without a host (":8081") listens on every interface
+// and is refused.
+func CheckLoopback(address string) error {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", address, err)
+	}
+	if port == "" {
+		return fmt.Errorf("%q has no port", address)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address: use 127.0.0.1, [::1] or localhost, so that only the pod and port-forwards reach it", address)
 }

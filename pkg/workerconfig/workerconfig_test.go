@@ -65,6 +65,12 @@ func TestDecodeRefuses(t *testing.T) {
 		{name: "a source with two transports", mutate: func(c *Config) {
 			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}, StreamableHTTP: &StreamableHTTP{URL: "http://x"}}}
 		}, want: "exactly one of stdio or streamableHTTP"},
+		{name: "a debug address on every interface", mutate: func(c *Config) { c.DebugAddress = ":8081" },
+			want: `debugAddress: ":8081" is not a loopback address`},
+		{name: "a debug address on the pod network", mutate: func(c *Config) { c.DebugAddress = "10.0.0.7:8081" },
+			want: `debugAddress: "10.0.0.7:8081" is not a loopback address`},
+		{name: "a debug address without a port", mutate: func(c *Config) { c.DebugAddress = "127.0.0.1" },
+			want: `debugAddress: "127.0.0.1" is not host:port`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,5 +133,15 @@ func TestResolveCheckedNamesTheSecretNeverTheValue(t *testing.T) {
 	// shows this one.
 	if _, err := (Value{Name: "TOKEN", Value: "a\x00b"}).ResolveChecked(EnvValueProblem); err == nil || !strings.Contains(err.Error(), "NUL") {
 		t.Errorf("ResolveChecked(EnvValueProblem) = %v, want the NUL byte refused", err)
+	}
+}
+
+func TestLoopbackDebugAddressesAreAccepted(t *testing.T) {
+	for _, address := range []string{"127.0.0.1:8081", "[::1]:8081", "localhost:8081", "127.0.0.1:0"} {
+		cfg := validConfig()
+		cfg.DebugAddress = address
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("debugAddress %q: %v", address, err)
+		}
 	}
 }

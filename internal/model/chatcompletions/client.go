@@ -125,8 +125,14 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 		indexes = append(indexes, i)
 	}
 	sort.Slice(indexes, func(a, b int) bool { return indexes[a] < indexes[b] })
+	ordered := make([]agent.ToolCall, 0, len(indexes))
 	for _, i := range indexes {
-		call := *calls[i]
+		ordered = append(ordered, *calls[i])
+	}
+	// Many OpenAI-compatible servers send empty or repeated IDs, which
+	// would fail the turn after the call was paid for.
+	model.UsableToolCallIDs(req, ordered)
+	for _, call := range ordered {
 		item, _ := json.Marshal(map[string]any{
 			"id": call.ID, "type": "function",
 			"function": map[string]string{"name": call.Name, "arguments": call.Arguments},

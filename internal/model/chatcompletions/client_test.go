@@ -180,3 +180,41 @@ func TestFailuresBecomeModelErrorsThatNameTheProviderAndNeverTheKey(t *testing.T
 		})
 	}
 }
+
+// Servers that send no tool call IDs, or repeat one, get IDs made from the
+// turn, the model call and the position: the same on a retried call, and
+// the same in the replayed item.
+func TestEmptyAndRepeatedToolCallIDsAreMadeUsableTheSameWayOnEveryAttempt(t *testing.T) {
+	stream := sse([]string{
+		chunk(`{"role":"assistant","tool_calls":[{"index":0,"id":"","type":"function","function":{"name":"lookup_order","arguments":"{\"order_id\":\"7\"}"}}]}`, ""),
+		chunk(`{"tool_calls":[{"index":1,"id":"call_0","type":"function","function":{"name":"lookup_order","arguments":"{\"order_id\":\"8\"}"}}]}`, ""),
+		chunk(`{"tool_calls":[{"index":2,"id":"call_0","type":"function","function":{"name":"lookup_order","arguments":"{\"order_id\":\"9\"}"}}]}`, ""),
+		chunk(`{}`, "tool_calls"),
+	}, true)
+	_, c := newServer(t, stream, stream)
+	req := agent.ModelRequest{
+		TurnID: "turn-4", ModelCall: 2,
+		Input: []agent.Message{{Role: agent.RoleUser, Text: "Orders 7, 8 and 9?"}},
+		Tools: []agent.ToolDefinition{lookupTool}, ToolChoice: agent.ToolChoiceAuto,
+	}
+	want := []string{"call_turn-4_2_0", "call_0", "call_turn-4_2_2"}
+	for attempt := 1; attempt <= 2; attempt++ {
+		resp, err := c.CallModel(context.Background(), req, &deltas{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for i, call := range resp.ToolCalls() {
+			got = append(got, call.ID)
+			var item struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(resp.Output[i].Item, &item); err != nil || item.ID != call.ID {
+				t.Errorf("attempt %d: output item %d carries ID %q, want %q", attempt, i, item.ID, call.ID)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("attempt %d: IDs = %v, want %v", attempt, got, want)
+		}
+	}
+}

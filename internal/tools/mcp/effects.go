@@ -45,14 +45,27 @@ func ToolPolicy(a Annotations, trusted bool, defaultEffect agent.Effect, policy 
 		// annotations ignored.
 		return agent.Policy{Effect: defaultEffect}
 	}
-	switch {
-	case a.Idempotent:
-		// idempotentHint wins over destructiveHint.
-		return agent.Policy{Effect: agent.EffectIdempotentWrite}
-	case a.ReadOnly:
-		return agent.Policy{Effect: agent.EffectRead}
+	if effect, ok := hintedEffect(a); ok {
+		return agent.Policy{Effect: effect}
 	}
 	return agent.Policy{Effect: defaultEffect}
+}
+
+// hintedEffect is the effect a tool's MCP hints give it; ok is false when
+// they give none. readOnlyHint makes a read: the MCP specification gives
+// idempotentHint (and destructiveHint) a meaning only for a tool that is
+// not read-only, so a read that also says idempotent stays a read and its
+// exhausted retries record failed, not outcome_unknown. idempotentHint on
+// a tool that is not read-only makes an idempotent write whatever
+// destructiveHint says.
+func hintedEffect(a Annotations) (effect agent.Effect, ok bool) {
+	switch {
+	case a.ReadOnly:
+		return agent.EffectRead, true
+	case a.Idempotent:
+		return agent.EffectIdempotentWrite, true
+	}
+	return "", false
 }
 
 // declaration reads the Dex effect and approval keys; ok is false without a

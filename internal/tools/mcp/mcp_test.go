@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestToolPolicy(t *testing.T) {
 	}{
 		{"no hints: the default", Annotations{}, false, nil, agent.EffectUnclassified, true},
 		{"readOnlyHint", Annotations{ReadOnly: true}, false, nil, agent.EffectRead, false},
-		{"idempotentHint wins", Annotations{ReadOnly: true, Idempotent: true}, false, nil, agent.EffectIdempotentWrite, false},
+		{"readOnlyHint wins over idempotentHint", Annotations{ReadOnly: true, Idempotent: true}, false, nil, agent.EffectRead, false},
 		{"untrusted hints keep the default", Annotations{ReadOnly: true}, true, nil, agent.EffectUnclassified, true},
 		{"a policy wins over hints", Annotations{ReadOnly: true}, false, &write, agent.EffectNonIdempotentWrite, true},
 		{"a declared read", Annotations{Meta: meta(EffectMetaKey, "read")}, false, nil, agent.EffectRead, false},
@@ -73,6 +74,51 @@ func TestToolPolicy(t *testing.T) {
 			if p.Effect != c.wantEffect || p.ApprovalRequired() != c.wantApproval {
 				t.Errorf("ToolPolicy = %s (approval %v), want %s (approval %v)", p.Effect, p.ApprovalRequired(), c.wantEffect, c.wantApproval)
 			}
+		})
+	}
+}
+
+// TestHintsGiveTheEffectOnlyWhenNothingElseDecides covers every combination
+// of readOnlyHint and idempotentHint: on a trusted server with no
+// declaration and no policy they decide the effect (a read-only tool is a
+// read whatever idempotentHint says); a declaration, a session policy, an
+// unknown declared effect or an untrusted server leave them unread.
+func TestHintsGiveTheEffectOnlyWhenNothingElseDecides(t *testing.T) {
+	yes := true
+	write := agent.Policy{Effect: agent.EffectNonIdempotentWrite, RequiresApproval: &yes}
+	hinted := []struct {
+		readOnly, idempotent bool
+		want                 agent.Effect
+	}{
+		{false, false, agent.EffectUnclassified},
+		{false, true, agent.EffectIdempotentWrite},
+		{true, false, agent.EffectRead},
+		{true, true, agent.EffectRead},
+	}
+	for _, h := range hinted {
+		a := Annotations{ReadOnly: h.readOnly, Idempotent: h.idempotent}
+		name := fmt.Sprintf("readOnly=%v,idempotent=%v", h.readOnly, h.idempotent)
+		t.Run(name, func(t *testing.T) {
+			check := func(what string, got agent.Policy, want agent.Effect, approval bool) {
+				t.Helper()
+				if got.Effect != want || got.ApprovalRequired() != approval {
+					t.Errorf("%s: %s (approval %v), want %s (approval %v)", what, got.Effect, got.ApprovalRequired(), want, approval)
+				}
+			}
+			check("trusted hints", ToolPolicy(a, true, agent.EffectUnclassified, nil), h.want, h.want.ApprovalByDefault())
+			check("untrusted hints", ToolPolicy(a, false, agent.EffectUnclassified, nil), agent.EffectUnclassified, true)
+			check("untrusted hints with a policy", ToolPolicy(a, false, agent.EffectUnclassified, &write), agent.EffectNonIdempotentWrite, true)
+			check("a policy", ToolPolicy(a, true, agent.EffectUnclassified, &write), agent.EffectNonIdempotentWrite, true)
+
+			declared := a
+			declared.Meta = map[string]any{EffectMetaKey: "non_idempotent_write"}
+			check("a declared write", ToolPolicy(declared, true, agent.EffectUnclassified, nil), agent.EffectNonIdempotentWrite, false)
+			check("a declared write, untrusted", ToolPolicy(declared, false, agent.EffectRead, nil), agent.EffectRead, false)
+			declared.Meta = map[string]any{EffectMetaKey: "read"}
+			check("a declared read", ToolPolicy(declared, true, agent.EffectUnclassified, nil), agent.EffectRead, false)
+			unknown := a
+			unknown.Meta = map[string]any{EffectMetaKey: "delete"}
+			check("an unknown declared effect", ToolPolicy(unknown, true, agent.EffectUnclassified, nil), agent.EffectUnclassified, true)
 		})
 	}
 }

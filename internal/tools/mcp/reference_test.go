@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -129,8 +130,8 @@ func TestTheEverythingServerOverStdioAndStreamableHTTP(t *testing.T) {
 			t.Parallel()
 			src := src(t)
 			tools := listed(t, src, agent.SourcePolicies{})
-			if got := tools["everything__echo"].Policy; got.Effect != agent.EffectIdempotentWrite || got.ApprovalRequired() {
-				t.Errorf("echo (readOnlyHint and idempotentHint): %+v, want an idempotent write without approval", got)
+			if got := tools["everything__echo"].Policy; got.Effect != agent.EffectRead || got.ApprovalRequired() {
+				t.Errorf("echo (readOnlyHint and idempotentHint): %+v, want a read without approval", got)
 			}
 			if out, err := run(t, src, tools, "everything__echo", `{"message":"hello"}`, nil); err != nil || out != "Echo: hello" {
 				t.Errorf("echo = %q, %v", out, err)
@@ -162,5 +163,33 @@ func TestTheEverythingServerOverStdioAndStreamableHTTP(t *testing.T) {
 				t.Errorf("get prompt = %s, %v", prompt, err)
 			}
 		})
+	}
+}
+
+// The reference server marks its read tools with readOnlyHint and
+// idempotentHint both: each is a read, so a call whose retries run out
+// records failed rather than outcome_unknown.
+func TestTheEverythingServersReadOnlyToolsAreReads(t *testing.T) {
+	src := stdioSource(t, "everything", "mcp-server-everything", "stdio")
+	tools := listed(t, src, agent.SourcePolicies{})
+	hints, err := ListServer(within(t, context.Background(), time.Minute), src.servers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads []string
+	for _, lt := range hints {
+		if !lt.Annotations.ReadOnly {
+			continue
+		}
+		reads = append(reads, lt.MCPName)
+		if got := tools[lt.Name].Policy; got.Effect != agent.EffectRead || got.ApprovalRequired() {
+			t.Errorf("%s (readOnlyHint, idempotentHint %v): %s (approval %v), want a read without approval",
+				lt.MCPName, lt.Annotations.Idempotent, got.Effect, got.ApprovalRequired())
+		}
+	}
+	for _, want := range []string{"echo", "get-sum"} {
+		if !slices.Contains(reads, want) {
+			t.Errorf("%s is not among the read-only tools %v", want, reads)
+		}
 	}
 }

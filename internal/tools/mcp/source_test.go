@@ -63,6 +63,7 @@ func TestListedToolsGetTheirEffectsFromHintsDeclarationsAndPolicies(t *testing.T
 	}{
 		{"ledger__balance", agent.EffectRead, false, false},
 		{"ledger__set_limit", agent.EffectIdempotentWrite, false, false},
+		{"ledger__quote", agent.EffectRead, false, false}, // readOnlyHint wins over idempotentHint
 		{"ledger__note", agent.EffectRead, false, false},
 		{"ledger__send_payment", agent.EffectNonIdempotentWrite, false, true},
 		{"ledger__refund", agent.EffectIdempotentWrite, true, true},

@@ -162,6 +162,9 @@ func (l *Ledger) Server() *mcp.Server {
 	}
 	add("balance", &mcp.ToolAnnotations{ReadOnlyHint: true}, nil, write("balance"))
 	add("set_limit", &mcp.ToolAnnotations{IdempotentHint: true}, nil, write("set_limit"))
+	// A read marked as the reference servers mark theirs: read-only and
+	// idempotent both.
+	add("quote", &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}, nil, write("quote"))
 	add("note", nil, nil, write("note"))
 	add("send_payment", &mcp.ToolAnnotations{ReadOnlyHint: true},
 		mcp.Meta{effectKey: "non_idempotent_write"}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
