@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 
-	"github.com/stepwise-run/stepwise/pkg/agent"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -191,7 +190,7 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 		if err := need(2, "<session> <json>"); err != nil {
 			return 0, err
 		}
-		var settings agent.SessionSettings
+		var settings sessions.SessionSettings
 		if err := json.Unmarshal([]byte(strings.Join(args[1:], " ")), &settings); err != nil || settings == nil {
 			return 0, fmt.Errorf("settings must be a JSON object such as {\"model\":\"large\"}")
 		}
@@ -209,7 +208,7 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 		if err := need(1, "<session>"); err != nil {
 			return 0, err
 		}
-		req := sessions.ListMessagesRequest{Limit: defaultPageSize}
+		req := sessions.MessagesRequest{Limit: defaultPageSize}
 		if len(args) > 1 {
 			if req.BeforeSequence, err = strconv.ParseInt(args[1], 10, 64); err != nil {
 				return 0, fmt.Errorf("before must be a message sequence, not %q", args[1])

@@ -175,8 +175,8 @@ func TestSettingsReplacesTheSessionSettings(t *testing.T) {
 	c.want(true, "start", "s-settings")
 	c.want(true, "settings", "s-settings", `{"model":`, `"large"}`)
 	snap, err := c.sessions.Snapshot(context.Background(), "s-settings")
-	if err != nil || string(snap.SessionSettings) != `{"model":"large"}` {
-		t.Errorf("snapshot settings = %s, %v", snap.SessionSettings, err)
+	if err != nil || string(snap.Settings) != `{"model":"large"}` {
+		t.Errorf("snapshot settings = %s, %v", snap.Settings, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -186,7 +187,7 @@ func (r *Runner) compactionCutoff(turn session.TurnContext, model agent.ModelCho
 // the answer, the oldest messages are left out, whole responses at a time,
 // and a note says how many.
 func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext) (session.CompactionOutcome, error) {
-	settings, err := agent.DecodeSessionSettings(turn.Settings)
+	settings, err := contract.DecodeSessionSettings(turn.Settings)
 	if err != nil {
 		return session.CompactionOutcome{}, err
 	}
@@ -239,7 +240,7 @@ func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext)
 
 // RunModelStep makes one model call.
 func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (session.ModelOutcome, error) {
-	settings, err := agent.DecodeSessionSettings(turn.Settings)
+	settings, err := contract.DecodeSessionSettings(turn.Settings)
 	if err != nil {
 		return session.ModelOutcome{}, err
 	}
@@ -321,9 +322,9 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		switch {
 		case !continues:
 			out.Kind = session.OutcomeTurnCompleted
-		case state.Continuations >= agent.MaxConsecutiveTurnContinuations:
+		case state.Continuations >= contract.MaxConsecutiveTurnContinuations:
 			out.Kind = session.OutcomeTurnCompleted
-			out.TurnError = agent.TurnContinuationLimitError
+			out.TurnError = contract.TurnContinuationLimitError
 		default:
 			out.Kind = session.OutcomeTurnContinued
 			out.NewMessages = append(out.NewMessages, agent.Message{Role: agent.RoleUser, Text: text})
@@ -451,7 +452,7 @@ func (r *Runner) PollToolTask(ctx context.Context, call session.ToolExecution) (
 	}
 	tool, ok := r.def.Tool(call.Call.Name)
 	if !ok || tool.Poller == nil {
-		return session.ToolOutcome{}, errors.New(agent.MissingTaskPollerText(call.Call.Name))
+		return session.ToolOutcome{}, errors.New(contract.MissingTaskPollerText(call.Call.Name))
 	}
 	return pollOutcome(tool.Poller.PollTask(ctx, taskPoll(call)))
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -217,7 +218,7 @@ func TestRunModelStepCompletesTheTurn(t *testing.T) {
 	if out.Usage.ModelCalls != 1 || out.Usage.InputTokens == 0 {
 		t.Errorf("usage = %+v", out.Usage)
 	}
-	wantOpts := session.TurnOptions{BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser}, InterruptDeadline: time.Hour, MaxDurableWait: agent.DefaultMaxDurableWait}
+	wantOpts := session.TurnOptions{BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser}, InterruptDeadline: time.Hour, MaxDurableWait: contract.DefaultMaxDurableWait}
 	if !slices.Equal(out.Options.BuiltInTools, wantOpts.BuiltInTools) || out.Options.InterruptDeadline != wantOpts.InterruptDeadline || out.Options.MaxDurableWait != wantOpts.MaxDurableWait {
 		t.Errorf("options = %+v, want %+v", out.Options, wantOpts)
 	}
@@ -616,7 +617,7 @@ func TestRunModelStepChoosesTheModelBySessionSettings(t *testing.T) {
 			if len(seen) != 1 || seen[0] != c.wantSettings {
 				t.Errorf("model settings = %+v, want %+v", seen, c.wantSettings)
 			}
-			want, _ := agent.DecodeSessionSettings(json.RawMessage(c.settings))
+			want, _ := contract.DecodeSessionSettings(json.RawMessage(c.settings))
 			if len(instructionSettings) != 1 || fmt.Sprint(instructionSettings[0]) != fmt.Sprint(want) {
 				t.Errorf("instructions saw settings %v, want %v", instructionSettings, want)
 			}
@@ -708,7 +709,7 @@ func TestTurnContinuationAfterAnswers(t *testing.T) {
 		},
 	})
 	turn := userTurn("decide")
-	for i := range agent.MaxConsecutiveTurnContinuations {
+	for i := range contract.MaxConsecutiveTurnContinuations {
 		out, err := r.RunModelStep(context.Background(), turn)
 		if err != nil {
 			t.Fatal(err)
@@ -730,7 +731,7 @@ func TestTurnContinuationAfterAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Kind != session.OutcomeTurnCompleted || out.TurnError != agent.TurnContinuationLimitError ||
+	if out.Kind != session.OutcomeTurnCompleted || out.TurnError != contract.TurnContinuationLimitError ||
 		len(out.NewMessages) != 1 || out.NewMessages[0].Text != "thinking" {
 		t.Errorf("the ninth continuation = %+v, want the turn ended with its answer and the limit error", out)
 	}

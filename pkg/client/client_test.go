@@ -11,6 +11,7 @@ import (
 
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
@@ -127,30 +128,30 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 	s := client.New(c, "Settings", "")
 	ctx := context.Background()
 
-	if ok, err := s.UpdateSettings(ctx, "never-started", agent.SessionSettings{"model": "large"}); ok || err == nil {
+	if ok, err := s.UpdateSettings(ctx, "never-started", client.SessionSettings{"model": "large"}); ok || err == nil {
 		t.Errorf("UpdateSettings of a session that does not exist = %v, %v; want an error", ok, err)
 	}
-	huge := agent.SessionSettings{"note": strings.Repeat("x", agent.MaxSessionSettingsBytes)}
+	huge := client.SessionSettings{"note": strings.Repeat("x", contract.MaxSessionSettingsBytes)}
 	if ok, err := s.Start(ctx, "too-big", "hi", client.WithSettings(huge)); ok || err == nil || !strings.Contains(err.Error(), "more than the limit of 16384") {
 		t.Errorf("Start with oversized settings = %v, %v; want an error naming the limit", ok, err)
 	}
 
-	if ok, err := s.Start(ctx, "s1", "hold", client.WithSettings(agent.SessionSettings{"model": "small"})); !ok || err != nil {
+	if ok, err := s.Start(ctx, "s1", "hold", client.WithSettings(client.SessionSettings{"model": "small"})); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
 	enginetest.Eventually(t, time.Minute, "the approval", func() (bool, error) {
 		snap, err := s.Snapshot(ctx, "s1")
 		return err == nil && len(snap.PendingInterrupts) == 1, err
 	})
-	if ok, err := s.UpdateSettings(ctx, "s1", agent.SessionSettings{"model": "large"}); !ok || err != nil {
+	if ok, err := s.UpdateSettings(ctx, "s1", client.SessionSettings{"model": "large"}); !ok || err != nil {
 		t.Fatalf("UpdateSettings = %v, %v", ok, err)
 	}
 	if ok, err := s.UpdateSettings(ctx, "s1", huge); ok || err == nil {
 		t.Errorf("UpdateSettings with oversized settings = %v, %v; want an error", ok, err)
 	}
 	snap, err := s.Snapshot(ctx, "s1")
-	if err != nil || string(snap.SessionSettings) != `{"model":"large"}` {
-		t.Fatalf("snapshot settings = %s, %v", snap.SessionSettings, err)
+	if err != nil || string(snap.Settings) != `{"model":"large"}` {
+		t.Fatalf("snapshot settings = %s, %v", snap.Settings, err)
 	}
 	if ok, err := s.Approve(ctx, "s1", "h1"); !ok || err != nil {
 		t.Fatalf("Approve = %v, %v", ok, err)
@@ -164,7 +165,7 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 	})
 	var answers []string
 	for _, m := range snap.Messages {
-		if m.Role == agent.RoleAssistant && m.Text != "" {
+		if m.Role == client.RoleAssistant && m.Text != "" {
 			answers = append(answers, m.TurnID+": "+m.Text)
 		}
 	}
@@ -174,7 +175,7 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 
 	// A model the settings name but the worker never built fails the turn
 	// with an error that does not repeat the settings.
-	if ok, err := s.UpdateSettings(ctx, "s1", agent.SessionSettings{"model": "https://evil.example/v1"}); !ok || err != nil {
+	if ok, err := s.UpdateSettings(ctx, "s1", client.SessionSettings{"model": "https://evil.example/v1"}); !ok || err != nil {
 		t.Fatalf("UpdateSettings = %v, %v", ok, err)
 	}
 	if ok, err := s.Send(ctx, "s1", "third"); !ok || err != nil {
@@ -322,7 +323,7 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 	defer w.Stop()
 	s := client.New(c, "Long", "")
 	ctx := context.Background()
-	if ok, err := s.Start(ctx, "s1", "", client.WithSettings(agent.SessionSettings{"tone": "brief"})); !ok || err != nil {
+	if ok, err := s.Start(ctx, "s1", "", client.WithSettings(client.SessionSettings{"tone": "brief"})); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
 	first, err := c.DescribeWorkflow(ctx, "s1", "")
@@ -356,8 +357,8 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 	}
 	// Four turns call a tool (four messages each), the others answer (two).
 	wantMessages := 4*4 + (turns-4)*2
-	if len(snap.Messages) != wantMessages || snap.Usage.ModelCalls != int64(turns+4) || string(snap.SessionSettings) != `{"tone":"brief"}` {
-		t.Errorf("after continuing as new: %d messages (want %d), usage %+v, settings %s", len(snap.Messages), wantMessages, snap.Usage, snap.SessionSettings)
+	if len(snap.Messages) != wantMessages || snap.Usage.ModelCalls != int64(turns+4) || string(snap.Settings) != `{"tone":"brief"}` {
+		t.Errorf("after continuing as new: %d messages (want %d), usage %+v, settings %s", len(snap.Messages), wantMessages, snap.Usage, snap.Settings)
 	}
 	for i, m := range snap.Messages {
 		if m.Sequence != int64(i+1) {

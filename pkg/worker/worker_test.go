@@ -27,6 +27,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/events"
@@ -156,7 +157,7 @@ func TestDefinitionFillsDefaultsForOmittedFields(t *testing.T) {
 	if def.DefaultToolEffect != agent.EffectUnclassified {
 		t.Errorf("DefaultToolEffect = %q, want unclassified", def.DefaultToolEffect)
 	}
-	if def.MaxModelCallsPerTurn != agent.DefaultMaxModelCallsPerTurn || def.MaxDurableWait != agent.DefaultMaxDurableWait {
+	if def.MaxModelCallsPerTurn != contract.DefaultMaxModelCallsPerTurn || def.MaxDurableWait != contract.DefaultMaxDurableWait {
 		t.Errorf("limits = %d calls, wait %s; want the defaults", def.MaxModelCallsPerTurn, def.MaxDurableWait)
 	}
 	if def.InterruptDeadline != 0 || def.ToolPolicies != nil || def.BuiltInTools != nil {
