@@ -8,14 +8,14 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-
-	"github.com/stepwise-run/stepwise/internal/engine"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 )
 
-// ErrWaitingForWorker says that no worker polls the Agent's task queue, so a
-// request sent to a session waits until one does. A *PendingError matches
-// it with errors.Is when that is why the session did not answer.
-var ErrWaitingForWorker = errors.New("no worker polls the task queue")
+// ErrWaitingForWorker says that a request sent to a session waits for a
+// worker: no worker polls the Agent's task queue, or none took the
+// session's task. A *PendingError matches it with errors.Is when that is
+// why the session did not answer.
+var ErrWaitingForWorker = errors.New("the request waits for a worker")
 
 // PendingError is a request the session did not answer before the caller's
 // context ended. It is neither a refusal nor a failure: the request was
@@ -37,24 +37,26 @@ type PendingError struct {
 	RequestID string
 	// TaskQueue is where the session's workers poll.
 	TaskQueue string
-	// NoWorker is true when no worker polled TaskQueue recently.
+	// NoWorker is true when the request waits for a worker: no worker
+	// polled TaskQueue recently, or none took the session's task.
 	NoWorker bool
 	// Err is why the wait ended, such as context.DeadlineExceeded.
 	Err error
+	// why says what showed that no worker runs the request.
+	why string
 }
 
 func (e *PendingError) Error() string {
 	retry := fmt.Sprintf("send it again with request ID %s to learn the outcome", e.RequestID)
 	if e.NoWorker {
-		what := fmt.Sprintf("%s on session %s was sent and waits for a worker: no worker polls task queue %s", e.Request, e.SessionID, e.TaskQueue)
-		if e.Request == engine.UpdateStartSession {
-			what = fmt.Sprintf("%s of session %s was sent and waits for a worker: no worker polls task queue %s, so no worker runs its Flow type",
-				e.Request, e.SessionID, e.TaskQueue)
+		why := e.why
+		if why == "" {
+			why = "no worker polls task queue " + e.TaskQueue
 		}
-		return fmt.Sprintf("%s; it takes effect, or is refused, when a worker runs it; %s", what, retry)
+		return fmt.Sprintf("%s on session %s was sent and waits for a worker: %s; it takes effect, or is refused, when a worker runs it; %s",
+			e.Request, e.SessionID, why, retry)
 	}
-	return fmt.Sprintf("%s on session %s was sent, but the session did not answer in time (%v); workers poll task queue %s; %s",
-		e.Request, e.SessionID, e.Err, e.TaskQueue, retry)
+	return fmt.Sprintf("%s on session %s was sent, but the session did not answer in time (%v); %s", e.Request, e.SessionID, e.Err, retry)
 }
 
 // Is makes errors.Is(err, ErrWaitingForWorker) report a request that waits
@@ -72,8 +74,14 @@ func (e *PendingError) Unwrap() error { return e.Err }
 // minutes more.
 const recentPoll = 90 * time.Second
 
-// describeTimeout bounds the look at the task queue after the caller's
-// context ended.
+// untakenFor is how long a session's task may wait untaken before the
+// session counts as waiting for a worker. A worker that polls takes a task
+// at once; a task for a worker that ran the session last and stopped waits
+// 5 seconds for it, then the engine schedules it anew for any worker.
+const untakenFor = 5 * time.Second
+
+// describeTimeout bounds the look at the session and its task queue after
+// the caller's context ended.
 const describeTimeout = 10 * time.Second
 
 // failed turns an RPC's error into what the caller sees: a *PendingError
@@ -87,14 +95,12 @@ func (s *Sessions) failed(ctx context.Context, name, sessionID, requestID string
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		pending.Err = ctxErr
 	}
-	// The caller's context has ended; the look at the task queue gets its
-	// own short one.
-	describeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
+	// The caller's context has ended; the look at the session gets its own
+	// short one.
+	lookCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
 	defer cancel()
-	polling, describeErr := s.workerPolls(describeCtx)
-	if describeErr == nil {
-		pending.NoWorker = !polling
-	}
+	pending.why = s.noWorker(lookCtx, sessionID)
+	pending.NoWorker = pending.why != ""
 	return pending
 }
 
@@ -109,17 +115,41 @@ func waitEnded(ctx context.Context, err error) bool {
 	return errors.As(err, &deadline) || errors.As(err, &canceled)
 }
 
-// workerPolls reports whether a worker polled the session's task queue for
-// workflow tasks recently.
-func (s *Sessions) workerPolls(ctx context.Context) (bool, error) {
+// noWorker says why the session waits for a worker, or "" when that is
+// not known: no worker polled its task queue recently, or its task waited
+// untaken for untakenFor on its first attempt (a task that failed on a
+// worker and waits to be retried is not waiting for a worker).
+func (s *Sessions) noWorker(ctx context.Context, sessionID string) string {
 	resp, err := s.c.DescribeTaskQueue(ctx, s.taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
-	if err != nil {
-		return false, err
+	if err == nil && !pollsRecently(resp.GetPollers(), time.Now()) {
+		return "no worker polls task queue " + s.taskQueue
 	}
-	for _, p := range resp.GetPollers() {
-		if time.Since(p.GetLastAccessTime().AsTime()) < recentPoll {
-			return true, nil
+	desc, err := s.c.DescribeWorkflowExecution(ctx, sessionID, "")
+	if err != nil {
+		return ""
+	}
+	task := desc.GetPendingWorkflowTask()
+	if task == nil || task.GetState() != enumspb.PENDING_WORKFLOW_TASK_STATE_SCHEDULED || task.GetAttempt() > 1 {
+		return ""
+	}
+	// A task scheduled again, such as after it waited for the worker that
+	// ran the session last, waits since it was first scheduled.
+	scheduled := task.GetScheduledTime()
+	if original := task.GetOriginalScheduledTime(); original != nil {
+		scheduled = original
+	}
+	if waited := time.Since(scheduled.AsTime()); waited >= untakenFor {
+		return fmt.Sprintf("no worker took the session's task from task queue %s in %s", s.taskQueue, waited.Round(time.Second))
+	}
+	return ""
+}
+
+// pollsRecently reports whether a poller polled within recentPoll of now.
+func pollsRecently(pollers []*taskqueuepb.PollerInfo, now time.Time) bool {
+	for _, p := range pollers {
+		if now.Sub(p.GetLastAccessTime().AsTime()) < recentPoll {
+			return true
 		}
 	}
-	return false, nil
+	return false
 }

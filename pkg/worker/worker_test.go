@@ -782,12 +782,12 @@ func TestAWorkersOwnModelClientWinsOverTheBuiltInOnes(t *testing.T) {
 
 func TestTimingsFollowTheHeartbeatAndTheRunModelLimit(t *testing.T) {
 	cfg := workerconfig.Config{}
-	if got := Timings(cfg, agent.Definition{}); got != engine.DefaultTimings() {
+	if got := timings(cfg, agent.Definition{}); got != engine.DefaultTimings() {
 		t.Errorf("Timings without settings = %+v, want the defaults", got)
 	}
 	cfg.Engine.StepHeartbeatTimeout.Duration = 5 * time.Second
 	def := agent.Definition{RunModelLimit: &agent.StepLimit{AttemptTimeout: time.Minute, MaxAttempts: 5, Within: time.Hour}}
-	got := Timings(cfg, def)
+	got := timings(cfg, def)
 	if got.Heartbeat != 5*time.Second || got.ModelAttempt != time.Minute || got.ModelAttempts != 5 || got.ModelWithin != time.Hour {
 		t.Errorf("Timings = %+v", got)
 	}
