@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // The types in this file are what the client returns: a view of a session
@@ -381,13 +380,13 @@ func queuedView(in []session.UserMessage) []QueuedMessage {
 // messagesView maps stored messages. Output items stay out: they are the
 // provider's own JSON, kept to replay to the same provider; the view shows
 // their text, reasoning and tool calls.
-func messagesView(in []agent.Message) []Message {
+func messagesView(in []session.Message) []Message {
 	out := make([]Message, 0, len(in))
 	for _, m := range in {
 		v := Message{Sequence: m.Sequence, TurnID: m.TurnID, Role: Role(m.Role), Text: m.Text, ToolCallID: m.ToolCallID, ToolName: m.ToolName}
 		var reasoning []string
 		for _, item := range m.Output {
-			if item.Type == agent.OutputReasoning && item.Text != "" {
+			if item.Type == session.OutputReasoning && item.Text != "" {
 				reasoning = append(reasoning, item.Text)
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // notShown are the fields of the session's query results that the view
@@ -52,9 +51,9 @@ func (f *filler) fill(v reflect.Value, owner string) {
 		(&filler{n: f.n, marks: map[string]string{}}).fill(v, "")
 		return
 	}
-	if v.Type() == reflect.TypeFor[agent.OutputItemType]() {
+	if v.Type() == reflect.TypeFor[session.OutputItemType]() {
 		// Reasoning items are what the view shows of output items.
-		v.SetString(string(agent.OutputReasoning))
+		v.SetString(string(session.OutputReasoning))
 		return
 	}
 	switch v.Kind() {
@@ -172,12 +171,12 @@ func assertFilled(t *testing.T, v reflect.Value, path string) {
 // text, a tool call and reasoning: the view shows the reasoning text, and
 // never the provider's opaque items.
 func TestReasoningShowsTheReasoningItemsOnly(t *testing.T) {
-	got := messagesView([]agent.Message{{
-		Sequence: 3, TurnID: "turn-1", Role: agent.RoleAssistant, Text: "answer",
-		Output: []agent.OutputItem{
-			{Provider: "openai", API: "responses", Type: agent.OutputReasoning, Text: "first I look", Item: json.RawMessage(`{"encrypted_content":"secret"}`)},
-			{Provider: "openai", API: "responses", Type: agent.OutputText, Text: "answer"},
-			{Provider: "openai", API: "responses", Type: agent.OutputReasoning, Text: "then I answer"},
+	got := messagesView([]session.Message{{
+		Sequence: 3, TurnID: "turn-1", Role: session.RoleAssistant, Text: "answer",
+		Output: []session.OutputItem{
+			{Provider: "openai", API: "responses", Type: session.OutputReasoning, Text: "first I look", Item: json.RawMessage(`{"encrypted_content":"secret"}`)},
+			{Provider: "openai", API: "responses", Type: session.OutputText, Text: "answer"},
+			{Provider: "openai", API: "responses", Type: session.OutputReasoning, Text: "then I answer"},
 		},
 	}})
 	want := []Message{{Sequence: 3, TurnID: "turn-1", Role: RoleAssistant, Text: "answer", Reasoning: "first I look\n\nthen I answer"}}
@@ -215,9 +214,9 @@ func TestTheViewsConstantsAreTheSessions(t *testing.T) {
 		{string(ModeChat), string(session.ModeChat)},
 		{string(ModePlanning), string(session.ModePlanning)},
 		{string(ModeExecuting), string(session.ModeExecuting)},
-		{string(RoleUser), string(agent.RoleUser)},
-		{string(RoleAssistant), string(agent.RoleAssistant)},
-		{string(RoleTool), string(agent.RoleTool)},
+		{string(RoleUser), string(session.RoleUser)},
+		{string(RoleAssistant), string(session.RoleAssistant)},
+		{string(RoleTool), string(session.RoleTool)},
 		{string(InterruptApproval), string(session.InterruptApproval)},
 		{string(InterruptQuestion), string(session.InterruptQuestion)},
 		{string(ToolCallAwaitingApproval), string(session.ToolCallAwaitingApproval)},
