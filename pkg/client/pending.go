@@ -124,11 +124,11 @@ func (s *Sessions) noWorker(ctx context.Context, sessionID string) string {
 	if err == nil && !pollsRecently(resp.GetPollers(), time.Now()) {
 		return "no worker polls task queue " + s.taskQueue
 	}
-	desc, err := s.c.DescribeWorkflowExecution(ctx, sessionID, "")
+	desc, err := s.c.DescribeWorkflow(ctx, sessionID, "")
 	if err != nil {
 		return ""
 	}
-	task := desc.GetPendingWorkflowTask()
+	task := desc.RawResponse.GetPendingWorkflowTask()
 	if task == nil || task.GetState() != enumspb.PENDING_WORKFLOW_TASK_STATE_SCHEDULED || task.GetAttempt() > 1 {
 		return ""
 	}
