@@ -115,9 +115,15 @@ func (c *checker) named(n *types.Named) {
 		return
 	}
 	c.seen[n] = true
+	where := c.where
+	defer func() { c.where = where }()
+	if n.Obj().Exported() {
+		c.where = n.Obj().Pkg().Name() + "." + n.Obj().Name()
+	}
 	c.typ(n.Underlying())
 	for i := range n.NumMethods() {
 		if m := n.Method(i); m.Exported() {
+			c.where = n.Obj().Pkg().Name() + "." + n.Obj().Name() + "." + m.Name()
 			c.typ(m.Type())
 		}
 	}
