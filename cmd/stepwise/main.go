@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 
-	"github.com/stepwise-run/stepwise/pkg/agent"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -46,7 +45,16 @@ Commands:
   waiting [step]                      List sessions of every agent waiting in a Step
                                       (default: AwaitToolApproval and AwaitQuestionAnswer).
 
-Commands that answer true or false exit with status 0 for true and 3 for false.
+Exit statuses:
+  0  the session accepted the request (prints true), or the command succeeded
+  1  an error: bad input, no connection, no such session
+  2  a bad command line
+  3  the session refused the request (prints false)
+  4  the request was sent but not answered yet (prints pending): no worker of the
+     Flow type ran it in time; it takes effect, or is refused, when one does.
+     Run the command again with --request-id <id> (the ID it printed) to learn
+     the outcome: a request the session already ran answers as it did then
+     (see the README for the one exception, a session that continued as new).
 
 Flags:
 `
@@ -54,8 +62,14 @@ Flags:
 // defaultPageSize is the page of messages the CLI asks for without a limit.
 const defaultPageSize = 50
 
-// exitFalse is the exit status of an RPC the session refused.
-const exitFalse = 3
+// Exit statuses of a request; any other error exits with 1.
+const (
+	// exitFalse is a request the session refused.
+	exitFalse = 3
+	// exitPending is a request sent but not answered in time, which a
+	// worker runs when it polls.
+	exitPending = 4
+)
 
 func main() {
 	os.Exit(stepwise())
@@ -68,7 +82,8 @@ func stepwise() int {
 	namespace := flags.String("namespace", envOr("STEPWISE_ENGINE_NAMESPACE", "default"), "Temporal namespace (STEPWISE_ENGINE_NAMESPACE).")
 	flowType := flags.String("flow-type", os.Getenv("STEPWISE_FLOW_TYPE"), "The Agent's Flow type (STEPWISE_FLOW_TYPE).")
 	taskQueue := flags.String("task-queue", "", "The Agent's task queue; default stepwise/<flow type>.")
-	timeout := flags.Duration("timeout", 30*time.Second, "How long a command may take.")
+	timeout := flags.Duration("timeout", 30*time.Second, "How long a command may take; a request not answered by then exits with status 4.")
+	requestID := flags.String("request-id", "", "Names the request, so that running the command again is the same request and\nlearns its outcome; default: a new random ID, printed when the request is pending.")
 	flags.Usage = func() {
 		fmt.Fprint(flags.Output(), usage)
 		flags.PrintDefaults()
@@ -88,11 +103,22 @@ func stepwise() int {
 		return fail(fmt.Errorf("connecting to Temporal at %s: %w", *address, err))
 	}
 	defer c.Close()
-	status, err := run(ctx, c, *namespace, *flowType, *taskQueue, flags.Args(), os.Stdout)
+	cfg := config{namespace: *namespace, flowType: *flowType, taskQueue: *taskQueue, requestID: *requestID}
+	status, err := run(ctx, c, cfg, flags.Args(), os.Stdout)
 	if err != nil {
-		return fail(err)
+		fmt.Fprintln(os.Stderr, "stepwise:", err)
+		if status == 0 {
+			status = 1
+		}
 	}
 	return status
+}
+
+// config is what the flags say about every command.
+type config struct {
+	namespace, flowType, taskQueue string
+	// requestID names an RPC; empty gives each a random ID.
+	requestID string
 }
 
 func envOr(name, fallback string) string {
@@ -107,16 +133,18 @@ func fail(err error) int {
 	return 1
 }
 
-// run executes one command and returns the exit status.
-func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue string, args []string, out io.Writer) (int, error) {
+// run executes one command and returns the exit status; with an error the
+// status is 1 unless it says more.
+func run(ctx context.Context, c client.Client, cfg config, args []string, out io.Writer) (int, error) {
 	command, args := args[0], args[1:]
 	if command == "waiting" {
-		return waiting(ctx, c, namespace, args, out)
+		return waiting(ctx, c, cfg.namespace, args, out)
 	}
-	if flowType == "" {
+	if cfg.flowType == "" {
 		return 0, errors.New("--flow-type is required")
 	}
-	s := sessions.New(c, flowType, taskQueue)
+	s := sessions.New(c, cfg.flowType, cfg.taskQueue)
+	id := sessions.WithRequestID(cfg.requestID)
 	need := func(n int, names string) error {
 		if len(args) < n {
 			return fmt.Errorf("%s needs %s", command, names)
@@ -132,32 +160,32 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 		if err := need(1, "<session>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Start(ctx, args[0], strings.Join(args[1:], " "))
+		ok, err = s.Start(ctx, args[0], strings.Join(args[1:], " "), id)
 	case "send":
 		if err := need(2, "<session> <message>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "))
+		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "), id)
 	case "approve":
 		if err := need(2, "<session> <interrupt>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Approve(ctx, args[0], args[1])
+		ok, err = s.Approve(ctx, args[0], args[1], id)
 	case "reject":
 		if err := need(2, "<session> <interrupt>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Reject(ctx, args[0], args[1], strings.Join(args[2:], " "))
+		ok, err = s.Reject(ctx, args[0], args[1], strings.Join(args[2:], " "), id)
 	case "answer":
 		if err := need(3, "<session> <interrupt> <answer>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Answer(ctx, args[0], args[1], strings.Join(args[2:], " "))
+		ok, err = s.Answer(ctx, args[0], args[1], strings.Join(args[2:], " "), id)
 	case "plan":
 		if err := need(2, "<session> <message>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "), sessions.InPlanMode())
+		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "), sessions.InPlanMode(), id)
 	case "execute-plan":
 		if err := need(2, "<session> <revision>"); err != nil {
 			return 0, err
@@ -166,36 +194,36 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 		if convErr != nil || revision < 1 {
 			return 0, fmt.Errorf("revision must be a plan revision number, not %q", args[1])
 		}
-		ok, err = s.ExecutePlan(ctx, args[0], revision)
+		ok, err = s.ExecutePlan(ctx, args[0], revision, id)
 	case "steer":
 		if err := need(2, "<session> <message>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Steer(ctx, args[0], strings.Join(args[1:], " "))
+		ok, err = s.Steer(ctx, args[0], strings.Join(args[1:], " "), id)
 	case "steer-queued":
 		if err := need(2, "<session> <message-id>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.SteerQueued(ctx, args[0], args[1])
+		ok, err = s.SteerQueued(ctx, args[0], args[1], id)
 	case "delete-queued":
 		if err := need(2, "<session> <message-id>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.DeleteQueued(ctx, args[0], args[1])
+		ok, err = s.DeleteQueued(ctx, args[0], args[1], id)
 	case "cancel":
 		if err := need(2, "<session> <turn>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.CancelTurn(ctx, args[0], args[1])
+		ok, err = s.CancelTurn(ctx, args[0], args[1], id)
 	case "settings":
 		if err := need(2, "<session> <json>"); err != nil {
 			return 0, err
 		}
-		var settings agent.SessionSettings
+		var settings sessions.SessionSettings
 		if err := json.Unmarshal([]byte(strings.Join(args[1:], " ")), &settings); err != nil || settings == nil {
 			return 0, fmt.Errorf("settings must be a JSON object such as {\"model\":\"large\"}")
 		}
-		ok, err = s.UpdateSettings(ctx, args[0], settings)
+		ok, err = s.UpdateSettings(ctx, args[0], settings, id)
 	case "snapshot":
 		if err := need(1, "<session>"); err != nil {
 			return 0, err
@@ -209,7 +237,7 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 		if err := need(1, "<session>"); err != nil {
 			return 0, err
 		}
-		req := sessions.ListMessagesRequest{Limit: defaultPageSize}
+		req := sessions.MessagesRequest{Limit: defaultPageSize}
 		if len(args) > 1 {
 			if req.BeforeSequence, err = strconv.ParseInt(args[1], 10, 64); err != nil {
 				return 0, fmt.Errorf("before must be a message sequence, not %q", args[1])
@@ -227,6 +255,11 @@ func run(ctx context.Context, c client.Client, namespace, flowType, taskQueue st
 		return 0, printJSON(out, page)
 	default:
 		return 0, fmt.Errorf("unknown command %q; run stepwise -h", command)
+	}
+	var pending *sessions.PendingError
+	if errors.As(err, &pending) {
+		fmt.Fprintln(out, "pending")
+		return exitPending, fmt.Errorf("%w\nrun the same command with --request-id %s to learn its outcome", err, pending.RequestID)
 	}
 	if err != nil {
 		return 0, err

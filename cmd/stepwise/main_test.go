@@ -55,8 +55,21 @@ type cli struct {
 func newCLI(t *testing.T, flowType string) *cli {
 	t.Helper()
 	server := enginetest.StartDevServer(t)
-	c := server.Client()
-	refunds := &atomic.Int32{}
+	c := newCLIWithoutWorker(t, server.Client(), flowType)
+	c.startWorker()
+	return c
+}
+
+// newCLIWithoutWorker is a CLI whose Flow type has no worker until
+// startWorker.
+func newCLIWithoutWorker(t *testing.T, c client.Client, flowType string) *cli {
+	return &cli{t: t, c: c, flowType: flowType, sessions: sessions.New(c, flowType, ""), refunds: &atomic.Int32{}}
+}
+
+// startWorker starts an in-process worker whose one function tool,
+// refund_order, waits for approval.
+func (c *cli) startWorker() {
+	t, refunds := c.t, c.refunds
 	refund := agent.MustTool("refund_order", "Refunds an order.", agent.EffectNonIdempotentWrite,
 		func(_ context.Context, _ agent.ToolContext, a refundArgs) (string, error) {
 			refunds.Add(1)
@@ -68,14 +81,25 @@ func newCLI(t *testing.T, flowType string) *cli {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{
-		FlowType: flowType, TaskQueue: sessions.TaskQueue(flowType), TaskSlots: 10, Runner: runner,
+	w := engine.NewWorker(c.c, engine.WorkerOptions{
+		FlowType: c.flowType, TaskQueue: sessions.TaskQueue(c.flowType), TaskSlots: 10, Runner: runner,
 	})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	return &cli{t: t, c: c, flowType: flowType, sessions: sessions.New(c, flowType, ""), refunds: refunds}
+}
+
+// runFor runs one command line with flags and a timeout, and returns its
+// exit status, output and error.
+func (c *cli) runFor(timeout time.Duration, cfg config, args ...string) (int, string, error) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cfg.namespace, cfg.flowType = "default", c.flowType
+	var out bytes.Buffer
+	status, err := run(ctx, c.c, cfg, args, &out)
+	return status, out.String(), err
 }
 
 // run runs one command line and returns its exit status and output.
@@ -84,7 +108,7 @@ func (c *cli) run(args ...string) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	var out bytes.Buffer
-	status, err := run(ctx, c.c, "default", c.flowType, "", args, &out)
+	status, err := run(ctx, c.c, config{namespace: "default", flowType: c.flowType}, args, &out)
 	if err != nil {
 		c.t.Fatalf("stepwise %s = %v", strings.Join(args, " "), err)
 	}
@@ -175,8 +199,8 @@ func TestSettingsReplacesTheSessionSettings(t *testing.T) {
 	c.want(true, "start", "s-settings")
 	c.want(true, "settings", "s-settings", `{"model":`, `"large"}`)
 	snap, err := c.sessions.Snapshot(context.Background(), "s-settings")
-	if err != nil || string(snap.SessionSettings) != `{"model":"large"}` {
-		t.Errorf("snapshot settings = %s, %v", snap.SessionSettings, err)
+	if err != nil || string(snap.Settings) != `{"model":"large"}` {
+		t.Errorf("snapshot settings = %s, %v", snap.Settings, err)
 	}
 }
 
@@ -239,7 +263,7 @@ func TestMessagesPrintsAPageBeforeASequenceWithALimit(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if _, err := run(context.Background(), c.c, "default", c.flowType, "", []string{"messages", "s-msgs", "0", "many"}, &out); err == nil ||
+	if _, err := run(context.Background(), c.c, config{namespace: "default", flowType: c.flowType}, []string{"messages", "s-msgs", "0", "many"}, &out); err == nil ||
 		!strings.Contains(err.Error(), `limit must be a number, not "many"`) {
 		t.Errorf("messages with a bad limit = %v, want an error naming the limit", err)
 	}
@@ -380,7 +404,7 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
 			// No command here reaches the engine, so there is no client.
-			status, err := run(context.Background(), nil, "default", tt.flowType, "", tt.args, &out)
+			status, err := run(context.Background(), nil, config{namespace: "default", flowType: tt.flowType}, tt.args, &out)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("run(%v) = %d, %v; want an error containing %q", tt.args, status, err, tt.want)
 			}
@@ -388,5 +412,38 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 				t.Errorf("run(%v) printed %q on an error", tt.args, out.String())
 			}
 		})
+	}
+}
+
+// TestARequestNoWorkerRunsExitsWithStatus4AndARetryWithItsIDLearnsTheOutcome
+// starts a session of a Flow type no worker polls: the CLI prints pending,
+// names the task queue and the request ID, and exits with status 4. Once a
+// worker runs, the same command with that request ID prints true: the
+// first start started the session.
+func TestARequestNoWorkerRunsExitsWithStatus4AndARetryWithItsIDLearnsTheOutcome(t *testing.T) {
+	server := enginetest.StartDevServer(t)
+	c := newCLIWithoutWorker(t, server.Client(), "CLINoWorker")
+	status, out, err := c.runFor(15*time.Second, config{}, "start", "s-pending", "hello")
+	if status != exitPending || out != "pending\n" || err == nil {
+		t.Fatalf("start without a worker = status %d, %q, %v; want status %d, pending", status, out, err, exitPending)
+	}
+	msg := err.Error()
+	requestID := msg[strings.LastIndex(msg, "--request-id ")+len("--request-id "):]
+	requestID = strings.Fields(requestID)[0]
+	for _, want := range []string{"start_session on session s-pending was sent and waits for a worker",
+		"no worker polls task queue stepwise/CLINoWorker", "request ID " + requestID} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the pending start says %q; want it to say %q", msg, want)
+		}
+	}
+
+	c.startWorker()
+	status, out, err = c.runFor(waitLong, config{requestID: requestID}, "start", "s-pending", "hello")
+	if status != 0 || out != "true\n" || err != nil {
+		t.Errorf("start again with --request-id %s = status %d, %q, %v; want true", requestID, status, out, err)
+	}
+	c.want(false, "start", "s-pending", "hello")
+	if last := c.waitTurns("s-pending", 1); last != "Echo: hello" {
+		t.Errorf("the first turn answered %q", last)
 	}
 }

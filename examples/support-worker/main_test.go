@@ -259,7 +259,7 @@ func TestARefundLooksTheOrderUpWithoutApprovalAndRefundsOnceApproved(t *testing.
 	if want := map[string]any{"order_id": "7", "amount_cents": float64(4200)}; !reflect.DeepEqual(args, want) {
 		t.Errorf("the approval's arguments = %v, want %v", args, want)
 	}
-	var lookup *client.ToolCallRecord
+	var lookup *client.ToolCall
 	for i := range snap.ToolCalls {
 		if snap.ToolCalls[i].Name == "lookup_order" {
 			lookup = &snap.ToolCalls[i]
@@ -268,7 +268,7 @@ func TestARefundLooksTheOrderUpWithoutApprovalAndRefundsOnceApproved(t *testing.
 	if lookup == nil {
 		t.Fatalf("the turn's tool calls %+v have no lookup_order", snap.ToolCalls)
 	}
-	if lookup.RequiresApproval || lookup.Effect != agent.EffectRead || lookup.Status != "succeeded" || lookup.Output != order7 {
+	if lookup.RequiresApproval || lookup.Effect != string(agent.EffectRead) || lookup.Status != "succeeded" || lookup.Output != order7 {
 		t.Errorf("lookup_order = %+v, want a read that succeeded without approval with order 7", *lookup)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -150,7 +151,7 @@ func (a *Activities) execution(ctx context.Context, in ToolStepInput) (session.T
 func (a *Activities) PollToolTask(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
 	poller, ok := a.Runner.(session.TaskRunner)
 	if !ok {
-		return session.ToolOutcome{}, temporal.NewNonRetryableApplicationError(agent.MissingTaskPollerText(in.Call.Name), "stepwise.MissingTaskPoller", nil)
+		return session.ToolOutcome{}, temporal.NewNonRetryableApplicationError(contract.MissingTaskPollerText(in.Call.Name), "stepwise.MissingTaskPoller", nil)
 	}
 	exec, stop := a.execution(ctx, in)
 	defer stop()

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -85,10 +86,10 @@ func TestTheContinuationLimitFailsTheTurnWithItsAnswerStored(t *testing.T) {
 		}})
 	h.then(func() {
 		snap := h.snapshot()
-		if snap.State.LastTurnError != agent.TurnContinuationLimitError || snap.State.ActiveTurnID != "" {
+		if snap.State.LastTurnError != contract.TurnContinuationLimitError || snap.State.ActiveTurnID != "" {
 			t.Errorf("state = %+v, want the turn failed at the limit", snap.State)
 		}
-		calls := agent.MaxConsecutiveTurnContinuations + 1
+		calls := contract.MaxConsecutiveTurnContinuations + 1
 		if int(snap.Usage.ModelCalls) != calls || len(snap.Messages) != 1+2*calls-1 || snap.Messages[len(snap.Messages)-1].Text != "hmm" {
 			t.Errorf("%d model calls, %d messages ending %+v; want %d calls and the last answer stored",
 				snap.Usage.ModelCalls, len(snap.Messages), snap.Messages[len(snap.Messages)-1], calls)

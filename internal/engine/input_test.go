@@ -70,7 +70,7 @@ func TestAToolQuestionIsAskedAndTheToolRunsAgainWithTheAnswer(t *testing.T) {
 				page := h.messages(session.ListMessagesRequest{Limit: 10})
 				var result string
 				for _, m := range page.Messages {
-					if m.Role == agent.RoleTool && m.ToolCallID == "c1" {
+					if m.Role == session.RoleTool && m.ToolCallID == "c1" {
 						result = m.Text
 					}
 				}

@@ -75,15 +75,15 @@ func order7(id, name string) agent.ScriptedToolCall {
 }
 
 // toolMessage returns the stored result of a tool call.
-func toolMessage(t *testing.T, snap session.Snapshot, id string) agent.Message {
+func toolMessage(t *testing.T, snap session.Snapshot, id string) session.Message {
 	t.Helper()
 	for _, m := range snap.Messages {
-		if m.Role == agent.RoleTool && m.ToolCallID == id {
+		if m.Role == session.RoleTool && m.ToolCallID == id {
 			return m
 		}
 	}
 	t.Fatalf("no stored result for tool call %s in %+v", id, snap.Messages)
-	return agent.Message{}
+	return session.Message{}
 }
 
 // toolRecord returns the active turn's record of a tool call.
@@ -220,7 +220,7 @@ func TestRunModelFailureThatPersistsRoutesToRecordTurnFailure(t *testing.T) {
 					if len(snap.Messages) != 1 || last.Text != "go" {
 						t.Errorf("messages = %+v, want only the user's", snap.Messages)
 					}
-				} else if last.Role != agent.RoleUser || last.Text != tc.wantNote || last.TurnID != "turn-1" {
+				} else if last.Role != session.RoleUser || last.Text != tc.wantNote || last.TurnID != "turn-1" {
 					t.Errorf("last message = %+v, want the turn-failure note %q", last, tc.wantNote)
 				}
 				failed := h.events.ofType(session.EventTurnFailed)
@@ -333,7 +333,7 @@ func TestRunModelFailsTheTurnOnBadToolCallIDs(t *testing.T) {
 				// The response with the bad IDs is not stored.
 				stored := 0
 				for _, m := range snap.Messages {
-					if m.Role == agent.RoleAssistant && len(m.ToolCalls) > 0 {
+					if m.Role == session.RoleAssistant && len(m.ToolCalls) > 0 {
 						stored++
 					}
 				}
@@ -439,14 +439,14 @@ func TestUsageIsRecordedPerCallAndPerSession(t *testing.T) {
 	h := newHarness(t, agent.Definition{Name: "t", Model: model,
 		Tools: []agent.Tool{orderTool("lookup_order", agent.EffectRead, &log, nil)}})
 	h.then(func() {
-		if u := h.snapshot().Usage; u != (agent.Usage{ModelCalls: 2, InputTokens: 20, OutputTokens: 6, CachedInputTokens: 4}) {
+		if u := h.snapshot().Usage; u != (session.Usage{ModelCalls: 2, InputTokens: 20, OutputTokens: 6, CachedInputTokens: 4}) {
 			t.Errorf("usage after turn 1 = %+v", u)
 		}
 		h.expect(UpdateSendUserMessage, SendRequest{Text: "again"}, true)
 	})
 	h.then(func() {})
 	h.run("go")
-	want := agent.Usage{ModelCalls: 4, InputTokens: 40, OutputTokens: 12, CachedInputTokens: 8}
+	want := session.Usage{ModelCalls: 4, InputTokens: 40, OutputTokens: 12, CachedInputTokens: 8}
 	if u := h.snapshot().Usage; u != want {
 		t.Errorf("session usage = %+v, want %+v", u, want)
 	}
@@ -456,13 +456,13 @@ func TestUsageIsRecordedPerCallAndPerSession(t *testing.T) {
 	}
 	for i, e := range recorded {
 		var p struct {
-			Recorded agent.Usage `json:"recorded"`
-			Session  agent.Usage `json:"session"`
+			Recorded session.Usage `json:"recorded"`
+			Session  session.Usage `json:"session"`
 		}
 		if err := json.Unmarshal(e.Payload, &p); err != nil {
 			t.Fatal(err)
 		}
-		if p.Recorded != (agent.Usage{ModelCalls: 1, InputTokens: 10, OutputTokens: 3, CachedInputTokens: 2}) {
+		if p.Recorded != (session.Usage{ModelCalls: 1, InputTokens: 10, OutputTokens: 3, CachedInputTokens: 2}) {
 			t.Errorf("event %d recorded = %+v, want one call's usage", i, p.Recorded)
 		}
 		if p.Session.ModelCalls != int64(i+1) || p.Session.InputTokens != int64(10*(i+1)) {
@@ -857,7 +857,7 @@ func TestTwoToolCallsRunAndStoreResultsInModelOrder(t *testing.T) {
 			t.Fatalf("records = %+v, want c2 done and c1 waiting", snap.ToolCalls)
 		}
 		for _, m := range snap.Messages {
-			if m.Role == agent.RoleTool {
+			if m.Role == session.RoleTool {
 				t.Errorf("result %+v stored before every call of the response is final", m)
 			}
 		}
@@ -868,7 +868,7 @@ func TestTwoToolCallsRunAndStoreResultsInModelOrder(t *testing.T) {
 	snap := h.snapshot()
 	var order []string
 	for _, m := range snap.Messages {
-		if m.Role == agent.RoleTool {
+		if m.Role == session.RoleTool {
 			order = append(order, m.ToolCallID+"="+m.Text)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -180,9 +181,9 @@ func TestATaskToolWithoutAPollerFailsByItsEffect(t *testing.T) {
 			h := newHarness(t, agent.Definition{Name: "t", Model: reportModel(), Tools: []agent.Tool{tool}})
 			h.then(func() {
 				snap := h.snapshot()
-				want := "The tool call failed: " + agent.MissingTaskPollerText("build_report")
+				want := "The tool call failed: " + contract.MissingTaskPollerText("build_report")
 				if effect != agent.EffectRead {
-					want = session.OutcomeUnknownText + " (" + agent.MissingTaskPollerText("build_report") + ")"
+					want = session.OutcomeUnknownText + " (" + contract.MissingTaskPollerText("build_report") + ")"
 				}
 				if got := snap.Messages[2].Text; got != want {
 					t.Errorf("result = %q, want %q", got, want)
@@ -191,16 +192,4 @@ func TestATaskToolWithoutAPollerFailsByItsEffect(t *testing.T) {
 			h.run("report")
 		})
 	}
-}
-
-func TestTaskPollInterval(t *testing.T) {
-	for in, want := range map[time.Duration]time.Duration{
-		0: time.Second, 300 * time.Millisecond: time.Second, 1500 * time.Millisecond: 2 * time.Second,
-		10 * time.Second: 10 * time.Second, 48 * time.Hour: 24 * time.Hour,
-	} {
-		if got := agent.TaskPollInterval(in); got != want {
-			t.Errorf("TaskPollInterval(%v) = %v, want %v", in, got, want)
-		}
-	}
-
 }

@@ -188,9 +188,9 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 // firstInterrupt waits until a session has a pending interrupt and returns
 // the first.
-func firstInterrupt(t *testing.T, sessions *client.Sessions, id string) session.Interrupt {
+func firstInterrupt(t *testing.T, sessions *client.Sessions, id string) client.Interrupt {
 	t.Helper()
-	var found session.Interrupt
+	var found client.Interrupt
 	Eventually(t, waitLong, "an interrupt of "+id, func() (bool, error) {
 		snap, err := sessions.Snapshot(context.Background(), id)
 		if err != nil || len(snap.PendingInterrupts) == 0 {

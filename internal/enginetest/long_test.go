@@ -105,7 +105,7 @@ func TestALongSessionStaysBounded(t *testing.T) {
 	if snap.State.TurnCount != turns || snap.State.LastTurnError != "" {
 		t.Fatalf("state = %+v", snap.State)
 	}
-	page, err := s.Messages(ctx, "long", sessions.ListMessagesRequest{Limit: 200})
+	page, err := s.Messages(ctx, "long", sessions.MessagesRequest{Limit: 200})
 	if err != nil {
 		t.Fatal(err)
 	}

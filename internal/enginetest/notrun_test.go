@@ -81,7 +81,7 @@ func TestAToolStepNoWorkerTookRecordsThatTheToolDidNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := snap.ToolCalls[0]
-	if call.Status != session.ToolCallFailed || !strings.HasPrefix(call.Error, session.ToolCallNotRunPrefix+": ") {
+	if call.Status != sessions.ToolCallFailed || !strings.HasPrefix(call.Error, session.ToolCallNotRunPrefix+": ") {
 		t.Fatalf("record = %s %q, want failed with the did-not-run prefix", call.Status, call.Error)
 	}
 	// A worker that takes activity tasks finishes the turn.

@@ -20,7 +20,6 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
-	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -261,13 +260,13 @@ func TestSessionSettingsChooseAmongTheStockWorkersModels(t *testing.T) {
 	sessions := client.New(s.Client, s.FlowType, "")
 	ctx := context.Background()
 
-	if ok, err := sessions.Start(ctx, "s1", "wait please", client.WithSettings(agent.SessionSettings{"model": "claude"})); !ok || err != nil {
+	if ok, err := sessions.Start(ctx, "s1", "wait please", client.WithSettings(client.SessionSettings{"model": "claude"})); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
 	if answer := lastAnswer(t, sessions, "s1", 1); answer != "waited 2" {
 		t.Fatalf("turn 1 answer = %q", answer)
 	}
-	if ok, err := sessions.UpdateSettings(ctx, "s1", agent.SessionSettings{}); !ok || err != nil {
+	if ok, err := sessions.UpdateSettings(ctx, "s1", client.SessionSettings{}); !ok || err != nil {
 		t.Fatalf("UpdateSettings = %v, %v", ok, err)
 	}
 	if ok, err := sessions.Send(ctx, "s1", "again"); !ok || err != nil {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
-	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -86,9 +85,9 @@ func TestRecordHistories(t *testing.T) {
 	lastAnswer(t, sessions, "crash", 1)
 
 	// Since 0.2.0: session settings, steering and cancel_turn.
-	must(sessions.Start(ctx, "settings", "hello", client.WithSettings(agent.SessionSettings{"tone": "brief"})))
+	must(sessions.Start(ctx, "settings", "hello", client.WithSettings(client.SessionSettings{"tone": "brief"})))
 	lastAnswer(t, sessions, "settings", 1)
-	must(sessions.UpdateSettings(ctx, "settings", agent.SessionSettings{}))
+	must(sessions.UpdateSettings(ctx, "settings", client.SessionSettings{}))
 	must(sessions.Send(ctx, "settings", "again"))
 	lastAnswer(t, sessions, "settings", 2)
 

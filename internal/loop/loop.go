@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -99,7 +100,7 @@ func (r *Runner) options() session.TurnOptions {
 func (r *Runner) Request(turn session.TurnContext, listed []agent.ToolDefinition) agent.ModelRequest {
 	req := agent.ModelRequest{
 		Instructions: r.def.Instructions,
-		Input:        withSummaryNote(withPlanNote(session.PairToolResults(turn.Messages), turn), turn.Summary),
+		Input:        withSummaryNote(withPlanNote(modelMessages(session.PairToolResults(turn.Messages)), turn), turn.Summary),
 		Settings:     r.def.ModelSettings,
 	}
 	if turn.ModelCalls >= r.def.MaxModelCallsPerTurn {
@@ -170,8 +171,8 @@ func (r *Runner) compactionCutoff(turn session.TurnContext, model agent.ModelCho
 	if float64(model.Client.EstimateInputTokens(req)) < policy.TriggerRatio*window {
 		return 0
 	}
-	estimate := func(m agent.Message) int64 {
-		return model.Client.EstimateInputTokens(agent.ModelRequest{Input: []agent.Message{m}})
+	estimate := func(m session.Message) int64 {
+		return model.Client.EstimateInputTokens(agent.ModelRequest{Input: []agent.Message{modelMessage(m)}})
 	}
 	cut := session.CompactionCutoff(turn.Messages, int64(policy.KeepRatio*window), estimate)
 	if turn.Summary != nil && cut <= turn.Summary.LastSequence {
@@ -186,7 +187,7 @@ func (r *Runner) compactionCutoff(turn session.TurnContext, model agent.ModelCho
 // the answer, the oldest messages are left out, whole responses at a time,
 // and a note says how many.
 func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext) (session.CompactionOutcome, error) {
-	settings, err := agent.DecodeSessionSettings(turn.Settings)
+	settings, err := contract.DecodeSessionSettings(turn.Settings)
 	if err != nil {
 		return session.CompactionOutcome{}, err
 	}
@@ -194,14 +195,14 @@ func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext)
 	if err != nil {
 		return session.CompactionOutcome{}, fmt.Errorf("choosing the model: %w", err)
 	}
-	var covered []agent.Message
+	var covered []session.Message
 	for _, m := range turn.Messages {
 		if m.Sequence <= turn.CompactThrough {
 			covered = append(covered, m)
 		}
 	}
 	groups := session.MessageGroups(session.PairToolResults(covered))
-	build := func(omitted int, groups [][]agent.Message) agent.ModelRequest {
+	build := func(omitted int, groups [][]session.Message) agent.ModelRequest {
 		req := agent.ModelRequest{Instructions: session.ContextSummaryInstructions, Settings: model.Settings}
 		if turn.Summary != nil {
 			req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: session.SummaryNote(turn.Summary)})
@@ -210,7 +211,7 @@ func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext)
 			req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: session.SummaryOmissionNote(omitted)})
 		}
 		for _, g := range groups {
-			req.Input = append(req.Input, g...)
+			req.Input = append(req.Input, modelMessages(g)...)
 		}
 		req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: "Summarize the conversation above."})
 		return req
@@ -234,12 +235,12 @@ func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext)
 	if usage.ModelCalls == 0 {
 		usage.ModelCalls = 1
 	}
-	return session.CompactionOutcome{Text: resp.Text(), Usage: usage}, nil
+	return session.CompactionOutcome{Text: resp.Text(), Usage: storedUsage(usage)}, nil
 }
 
 // RunModelStep makes one model call.
 func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (session.ModelOutcome, error) {
-	settings, err := agent.DecodeSessionSettings(turn.Settings)
+	settings, err := contract.DecodeSessionSettings(turn.Settings)
 	if err != nil {
 		return session.ModelOutcome{}, err
 	}
@@ -306,11 +307,11 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		return session.ModelOutcome{}, err
 	}
 	answer := agent.Message{Role: agent.RoleAssistant, Text: resp.Text(), ToolCalls: resp.ToolCalls(), Output: resp.Output}
-	out := session.ModelOutcome{Usage: resp.Usage, Options: r.options(), Metadata: resp.Metadata}
+	out := session.ModelOutcome{Usage: storedUsage(resp.Usage), Options: r.options(), Metadata: storedMetadata(resp.Metadata)}
 	if out.Usage.ModelCalls == 0 {
 		out.Usage.ModelCalls = 1
 	}
-	out.NewMessages = append(append([]agent.Message(nil), lead...), answer)
+	out.NewMessages = storedMessages(append(append([]agent.Message(nil), lead...), answer))
 	calls := resp.ToolCalls()
 	switch {
 	case len(calls) == 0:
@@ -322,12 +323,12 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		switch {
 		case !continues:
 			out.Kind = session.OutcomeTurnCompleted
-		case state.Continuations >= agent.MaxConsecutiveTurnContinuations:
+		case state.Continuations >= contract.MaxConsecutiveTurnContinuations:
 			out.Kind = session.OutcomeTurnCompleted
-			out.TurnError = agent.TurnContinuationLimitError
+			out.TurnError = contract.TurnContinuationLimitError
 		default:
 			out.Kind = session.OutcomeTurnContinued
-			out.NewMessages = append(out.NewMessages, agent.Message{Role: agent.RoleUser, Text: text})
+			out.NewMessages = append(out.NewMessages, session.Message{Role: session.RoleUser, Text: text})
 			out.RunState = runState{ModelCalls: turn.ModelCalls + 1, Continuations: state.Continuations + 1}.encode()
 		}
 	case turn.ModelCalls >= r.def.MaxModelCallsPerTurn:
@@ -335,8 +336,8 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		// run, and the turn ends.
 		out.Kind = session.OutcomeTurnCompleted
 		for _, c := range calls {
-			out.NewMessages = append(out.NewMessages, agent.Message{
-				Role: agent.RoleTool, ToolCallID: c.ID, ToolName: c.Name,
+			out.NewMessages = append(out.NewMessages, session.Message{
+				Role: session.RoleTool, ToolCallID: c.ID, ToolName: c.Name,
 				Text: session.ModelCallLimitResult(r.def.MaxModelCallsPerTurn),
 			})
 		}
@@ -371,10 +372,10 @@ func (r *Runner) decide(turn session.TurnContext, settings agent.SessionSettings
 
 // lastAnswer is the turn's last model answer: the one whose tool calls just
 // finished.
-func lastAnswer(messages []agent.Message) agent.Message {
+func lastAnswer(messages []session.Message) agent.Message {
 	for i := len(messages) - 1; i >= 0; i-- {
-		if messages[i].Role == agent.RoleAssistant {
-			return messages[i]
+		if messages[i].Role == session.RoleAssistant {
+			return modelMessage(messages[i])
 		}
 	}
 	return agent.Message{}
@@ -452,7 +453,7 @@ func (r *Runner) PollToolTask(ctx context.Context, call session.ToolExecution) (
 	}
 	tool, ok := r.def.Tool(call.Call.Name)
 	if !ok || tool.Poller == nil {
-		return session.ToolOutcome{}, errors.New(agent.MissingTaskPollerText(call.Call.Name))
+		return session.ToolOutcome{}, errors.New(contract.MissingTaskPollerText(call.Call.Name))
 	}
 	return pollOutcome(tool.Poller.PollTask(ctx, taskPoll(call)))
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -76,7 +77,7 @@ func replying(reply agent.ScriptedReply) agent.Script {
 func userTurn(text string) session.TurnContext {
 	return session.TurnContext{
 		SessionID: "s1", TurnID: "turn-1", Attempt: 1, Mode: session.ModeChat,
-		Messages: []agent.Message{{Sequence: 1, TurnID: "turn-1", Role: agent.RoleUser, Text: text}},
+		Messages: []session.Message{{Sequence: 1, TurnID: "turn-1", Role: session.RoleUser, Text: text}},
 	}
 }
 
@@ -125,8 +126,8 @@ func TestRequest(t *testing.T) {
 	})
 	turn := userTurn("refund order 7")
 	turn.Messages = append(turn.Messages,
-		agent.Message{Sequence: 2, TurnID: "turn-1", Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{{ID: "c1", Name: "lookup", Arguments: `{"order_id":"7"}`}}},
-		agent.Message{Sequence: 3, TurnID: "turn-1", Role: agent.RoleUser, Text: "note"},
+		session.Message{Sequence: 2, TurnID: "turn-1", Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: "c1", Name: "lookup", Arguments: `{"order_id":"7"}`}}},
+		session.Message{Sequence: 3, TurnID: "turn-1", Role: session.RoleUser, Text: "note"},
 	)
 
 	cases := []struct {
@@ -211,13 +212,13 @@ func TestRunModelStepCompletesTheTurn(t *testing.T) {
 		t.Fatalf("new messages = %+v", out.NewMessages)
 	}
 	answer := out.NewMessages[0]
-	if answer.Role != agent.RoleAssistant || answer.Text != "Your order shipped." || len(answer.Output) != 2 || answer.Output[0].Type != agent.OutputReasoning {
+	if answer.Role != session.RoleAssistant || answer.Text != "Your order shipped." || len(answer.Output) != 2 || answer.Output[0].Type != session.OutputReasoning {
 		t.Errorf("answer = %+v", answer)
 	}
 	if out.Usage.ModelCalls != 1 || out.Usage.InputTokens == 0 {
 		t.Errorf("usage = %+v", out.Usage)
 	}
-	wantOpts := session.TurnOptions{BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser}, InterruptDeadline: time.Hour, MaxDurableWait: agent.DefaultMaxDurableWait}
+	wantOpts := session.TurnOptions{BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser}, InterruptDeadline: time.Hour, MaxDurableWait: contract.DefaultMaxDurableWait}
 	if !slices.Equal(out.Options.BuiltInTools, wantOpts.BuiltInTools) || out.Options.InterruptDeadline != wantOpts.InterruptDeadline || out.Options.MaxDurableWait != wantOpts.MaxDurableWait {
 		t.Errorf("options = %+v, want %+v", out.Options, wantOpts)
 	}
@@ -269,7 +270,7 @@ func TestRunModelStepRequestsToolCalls(t *testing.T) {
 	if out.RunState != `{"modelCalls":3,"afterTools":true}` {
 		t.Errorf("RunState = %q", out.RunState)
 	}
-	if len(out.NewMessages) != 1 || out.NewMessages[0].Role != agent.RoleAssistant || len(out.NewMessages[0].ToolCalls) != 5 || out.NewMessages[0].Text != "Let me check." {
+	if len(out.NewMessages) != 1 || out.NewMessages[0].Role != session.RoleAssistant || len(out.NewMessages[0].ToolCalls) != 5 || out.NewMessages[0].Text != "Let me check." {
 		t.Errorf("new messages = %+v", out.NewMessages)
 	}
 	want := []struct {
@@ -312,13 +313,13 @@ func TestRunModelStepPastTheModelCallLimit(t *testing.T) {
 	if len(out.NewMessages) != 3 {
 		t.Fatalf("new messages = %+v", out.NewMessages)
 	}
-	if out.NewMessages[0].Role != agent.RoleAssistant || len(out.NewMessages[0].ToolCalls) != 2 {
+	if out.NewMessages[0].Role != session.RoleAssistant || len(out.NewMessages[0].ToolCalls) != 2 {
 		t.Errorf("answer = %+v", out.NewMessages[0])
 	}
 	limit := "The tool call was not run: this turn reached its limit of 2 model calls."
 	for i, id := range []string{"c1", "c2"} {
 		m := out.NewMessages[i+1]
-		if m.Role != agent.RoleTool || m.ToolCallID != id || m.Text != limit {
+		if m.Role != session.RoleTool || m.ToolCallID != id || m.Text != limit {
 			t.Errorf("result %d = %+v", i, m)
 		}
 	}
@@ -616,7 +617,7 @@ func TestRunModelStepChoosesTheModelBySessionSettings(t *testing.T) {
 			if len(seen) != 1 || seen[0] != c.wantSettings {
 				t.Errorf("model settings = %+v, want %+v", seen, c.wantSettings)
 			}
-			want, _ := agent.DecodeSessionSettings(json.RawMessage(c.settings))
+			want, _ := contract.DecodeSessionSettings(json.RawMessage(c.settings))
 			if len(instructionSettings) != 1 || fmt.Sprint(instructionSettings[0]) != fmt.Sprint(want) {
 				t.Errorf("instructions saw settings %v, want %v", instructionSettings, want)
 			}
@@ -631,8 +632,8 @@ func continuationTurn() session.TurnContext {
 	turn.ModelCalls = 1
 	turn.RunState = `{"modelCalls":1,"afterTools":true}`
 	turn.Messages = append(turn.Messages,
-		agent.Message{Sequence: 2, TurnID: "turn-1", Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{{ID: "c1", Name: "lookup", Arguments: `{"order_id":"7"}`}}},
-		agent.Message{Sequence: 3, TurnID: "turn-1", Role: agent.RoleTool, ToolCallID: "c1", ToolName: "lookup", Text: "order 7"},
+		session.Message{Sequence: 2, TurnID: "turn-1", Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: "c1", Name: "lookup", Arguments: `{"order_id":"7"}`}}},
+		session.Message{Sequence: 3, TurnID: "turn-1", Role: session.RoleTool, ToolCallID: "c1", ToolName: "lookup", Text: "order 7"},
 	)
 	turn.ToolCalls = []session.ToolCallRecord{{ID: "c1", Name: "lookup", Status: session.ToolCallSucceeded, Output: "order 7", ResultStored: true}}
 	return turn
@@ -708,7 +709,7 @@ func TestTurnContinuationAfterAnswers(t *testing.T) {
 		},
 	})
 	turn := userTurn("decide")
-	for i := range agent.MaxConsecutiveTurnContinuations {
+	for i := range contract.MaxConsecutiveTurnContinuations {
 		out, err := r.RunModelStep(context.Background(), turn)
 		if err != nil {
 			t.Fatal(err)
@@ -716,7 +717,7 @@ func TestTurnContinuationAfterAnswers(t *testing.T) {
 		if out.Kind != session.OutcomeTurnContinued {
 			t.Fatalf("continuation %d: kind %q", i+1, out.Kind)
 		}
-		if len(out.NewMessages) != 2 || out.NewMessages[0].Text != "thinking" || out.NewMessages[1].Role != agent.RoleUser ||
+		if len(out.NewMessages) != 2 || out.NewMessages[0].Text != "thinking" || out.NewMessages[1].Role != session.RoleUser ||
 			out.NewMessages[1].Text != "Finish with DECISION:." {
 			t.Fatalf("continuation %d: new messages %+v", i+1, out.NewMessages)
 		}
@@ -730,7 +731,7 @@ func TestTurnContinuationAfterAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Kind != session.OutcomeTurnCompleted || out.TurnError != agent.TurnContinuationLimitError ||
+	if out.Kind != session.OutcomeTurnCompleted || out.TurnError != contract.TurnContinuationLimitError ||
 		len(out.NewMessages) != 1 || out.NewMessages[0].Text != "thinking" {
 		t.Errorf("the ninth continuation = %+v, want the turn ended with its answer and the limit error", out)
 	}
@@ -820,10 +821,10 @@ func TestPlanningRequests(t *testing.T) {
 			r := newRunner(t, d)
 			turn := userTurn("second")
 			turn.TurnID = "turn-2"
-			turn.Messages = []agent.Message{
-				{Sequence: 1, TurnID: "turn-1", Role: agent.RoleUser, Text: "first"},
-				{Sequence: 2, TurnID: "turn-1", Role: agent.RoleAssistant, Text: "ok"},
-				{Sequence: 3, TurnID: "turn-2", Role: agent.RoleUser, Text: "second"},
+			turn.Messages = []session.Message{
+				{Sequence: 1, TurnID: "turn-1", Role: session.RoleUser, Text: "first"},
+				{Sequence: 2, TurnID: "turn-1", Role: session.RoleAssistant, Text: "ok"},
+				{Sequence: 3, TurnID: "turn-2", Role: session.RoleUser, Text: "second"},
 			}
 			turn.Mode, turn.Plan, turn.ModelCalls = c.mode, c.plan, c.modelCalls
 			req := r.Request(turn, nil)
@@ -889,12 +890,12 @@ func TestSummarizeContextLeavesOutWhatDoesNotFit(t *testing.T) {
 		ModelSettings: agent.ModelSettings{MaxOutputTokens: 20}})
 	turn := userTurn("q1")
 	long := strings.Repeat("w", 120)
-	turn.Messages = []agent.Message{
-		{Sequence: 1, TurnID: "turn-1", Role: agent.RoleUser, Text: long},
-		{Sequence: 2, TurnID: "turn-1", Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{{ID: "c1", Name: "lookup", Arguments: "{}"}}},
-		{Sequence: 3, TurnID: "turn-1", Role: agent.RoleTool, ToolCallID: "c1", ToolName: "lookup", Text: long},
-		{Sequence: 4, TurnID: "turn-1", Role: agent.RoleAssistant, Text: "short answer"},
-		{Sequence: 5, TurnID: "turn-1", Role: agent.RoleUser, Text: "not covered"},
+	turn.Messages = []session.Message{
+		{Sequence: 1, TurnID: "turn-1", Role: session.RoleUser, Text: long},
+		{Sequence: 2, TurnID: "turn-1", Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: "c1", Name: "lookup", Arguments: "{}"}}},
+		{Sequence: 3, TurnID: "turn-1", Role: session.RoleTool, ToolCallID: "c1", ToolName: "lookup", Text: long},
+		{Sequence: 4, TurnID: "turn-1", Role: session.RoleAssistant, Text: "short answer"},
+		{Sequence: 5, TurnID: "turn-1", Role: session.RoleUser, Text: "not covered"},
 	}
 	turn.Summary = &session.ContextSummary{Generation: 1, LastSequence: 0, Text: "before"}
 	turn.CompactThrough = 4
@@ -922,11 +923,11 @@ func TestRunModelStepAsksForCompactionPastTheThreshold(t *testing.T) {
 	r := newRunner(t, agent.Definition{Model: model, Compaction: &agent.CompactionPolicy{ContextWindowTokens: 100}})
 	turn := userTurn("q")
 	for i := 2; i <= 9; i++ {
-		role := agent.RoleAssistant
+		role := session.RoleAssistant
 		if i%2 == 1 {
-			role = agent.RoleUser
+			role = session.RoleUser
 		}
-		turn.Messages = append(turn.Messages, agent.Message{Sequence: int64(i), TurnID: "turn-1", Role: role, Text: strings.Repeat("z", 60)})
+		turn.Messages = append(turn.Messages, session.Message{Sequence: int64(i), TurnID: "turn-1", Role: role, Text: strings.Repeat("z", 60)})
 	}
 	out, err := r.RunModelStep(context.Background(), turn)
 	if err != nil || out.Kind != session.OutcomeCompactionNeeded || out.CompactThrough < 2 || len(model.Requests()) != 0 {
@@ -935,15 +936,15 @@ func TestRunModelStepAsksForCompactionPastTheThreshold(t *testing.T) {
 	// With the summary through that cut, nothing new can be summarized, so
 	// the model is called even though the estimate is still high.
 	turn.Summary = &session.ContextSummary{LastSequence: out.CompactThrough, Text: strings.Repeat("s", 400)}
-	var after []agent.Message
+	var after []session.Message
 	for _, m := range turn.Messages {
 		if m.Sequence > out.CompactThrough {
 			after = append(after, m)
 		}
 	}
 	turn.Messages = after
-	if len(after) > 0 && after[len(after)-1].Role == agent.RoleAssistant {
-		turn.Messages = append(turn.Messages, agent.Message{Sequence: 10, TurnID: "turn-1", Role: agent.RoleUser, Text: "q"})
+	if len(after) > 0 && after[len(after)-1].Role == session.RoleAssistant {
+		turn.Messages = append(turn.Messages, session.Message{Sequence: 10, TurnID: "turn-1", Role: session.RoleUser, Text: "q"})
 	}
 	out, err = r.RunModelStep(context.Background(), turn)
 	if err != nil || out.Kind != session.OutcomeTurnCompleted {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -173,7 +174,7 @@ func (r *Runner) pollSource(ctx context.Context, call session.ToolExecution) (se
 	}
 	poller, ok := src.(agent.SourceTaskPoller)
 	if !ok {
-		return session.ToolOutcome{}, errors.New(agent.MissingTaskPollerText(call.Call.Name))
+		return session.ToolOutcome{}, errors.New(contract.MissingTaskPollerText(call.Call.Name))
 	}
 	return pollOutcome(poller.PollSourceTask(ctx, taskPoll(call), sc))
 }

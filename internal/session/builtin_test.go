@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -150,11 +151,11 @@ func TestParseDurableWait(t *testing.T) {
 
 func TestParseDurableWaitDefaultMaximumIsAYear(t *testing.T) {
 	year := `{"duration_seconds":31536000,"reason":"anniversary"}`
-	got, err := ParseDurableWait(year, agent.DefaultMaxDurableWait)
-	if err != nil || got.Duration != agent.DefaultMaxDurableWait {
+	got, err := ParseDurableWait(year, contract.DefaultMaxDurableWait)
+	if err != nil || got.Duration != contract.DefaultMaxDurableWait {
 		t.Errorf("a 365-day wait = %+v, %v", got, err)
 	}
-	if _, err := ParseDurableWait(`{"duration_seconds":31536001,"reason":"x"}`, agent.DefaultMaxDurableWait); err == nil {
+	if _, err := ParseDurableWait(`{"duration_seconds":31536001,"reason":"x"}`, contract.DefaultMaxDurableWait); err == nil {
 		t.Error("a wait one second over 365 days was accepted")
 	}
 }

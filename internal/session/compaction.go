@@ -3,8 +3,6 @@ package session
 import (
 	"fmt"
 	"time"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // ContextSummary summarizes the session's messages from the first through
@@ -36,9 +34,9 @@ func SummaryOmissionNote(omitted int) string {
 
 // CompactionOutcome is what a CompactContext Step returns.
 type CompactionOutcome struct {
-	Text    string      `json:"text"`
-	Usage   agent.Usage `json:"usage"`
-	Attempt int         `json:"attempt,omitempty"`
+	Text    string `json:"text"`
+	Usage   Usage  `json:"usage"`
+	Attempt int    `json:"attempt,omitempty"`
 }
 
 // requestCompaction is a RunModel Step that found the model input past the
@@ -65,7 +63,7 @@ func (s *State) ApplySummary(out CompactionOutcome, now time.Time) []Event {
 	turn.CompactThrough = 0
 	s.Status = StatusRunningModel
 	var events []Event
-	if out.Usage != (agent.Usage{}) {
+	if out.Usage != (Usage{}) {
 		turn.Usage = turn.Usage.Add(out.Usage)
 		s.Usage = s.Usage.Add(out.Usage)
 		events = append(events, NewEvent(EventUsageRecorded, turn.ID, map[string]any{"recorded": out.Usage, "session": s.Usage}))
@@ -83,7 +81,7 @@ func (s *State) ApplySummary(out CompactionOutcome, now time.Time) []Event {
 // the last result of a response whose tool calls all have stored results,
 // so a call is never separated from its result. When no cut leaves little
 // enough, the latest cut is taken.
-func CompactionCutoff(messages []agent.Message, keepTokens int64, estimate func(agent.Message) int64) int64 {
+func CompactionCutoff(messages []Message, keepTokens int64, estimate func(Message) int64) int64 {
 	cuts := cutPoints(messages)
 	if len(cuts) == 0 {
 		return 0
@@ -104,11 +102,11 @@ func CompactionCutoff(messages []agent.Message, keepTokens int64, estimate func(
 }
 
 // cutPoints are the indexes after which a summary may end, oldest first.
-func cutPoints(messages []agent.Message) []int {
+func cutPoints(messages []Message) []int {
 	var cuts []int
 	for i := 0; i < len(messages); i++ {
 		m := messages[i]
-		if m.Role != agent.RoleAssistant {
+		if m.Role != RoleAssistant {
 			continue
 		}
 		if len(m.ToolCalls) == 0 {
@@ -120,7 +118,7 @@ func cutPoints(messages []agent.Message) []int {
 			pending[c.ID] = true
 		}
 		j := i + 1
-		for ; j < len(messages) && messages[j].Role == agent.RoleTool && len(pending) > 0; j++ {
+		for ; j < len(messages) && messages[j].Role == RoleTool && len(pending) > 0; j++ {
 			delete(pending, messages[j].ToolCallID)
 		}
 		if len(pending) == 0 {
@@ -134,12 +132,12 @@ func cutPoints(messages []agent.Message) []int {
 // MessageGroups splits messages into the units a summary request may leave
 // out from the oldest: a model response with its tool results, or any other
 // single message.
-func MessageGroups(messages []agent.Message) [][]agent.Message {
-	var groups [][]agent.Message
+func MessageGroups(messages []Message) [][]Message {
+	var groups [][]Message
 	for i := 0; i < len(messages); {
 		j := i + 1
-		if messages[i].Role == agent.RoleAssistant && len(messages[i].ToolCalls) > 0 {
-			for j < len(messages) && messages[j].Role == agent.RoleTool {
+		if messages[i].Role == RoleAssistant && len(messages[i].ToolCalls) > 0 {
+			for j < len(messages) && messages[j].Role == RoleTool {
 				j++
 			}
 		}

@@ -5,32 +5,30 @@ import (
 	"slices"
 	"strconv"
 	"testing"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // conversation numbers messages from 1: "u" user, "a" answer, "c<n>" a
 // response with n tool calls, followed by "r" results.
-func conversation(kinds ...string) []agent.Message {
-	var out []agent.Message
+func conversation(kinds ...string) []Message {
+	var out []Message
 	for _, k := range kinds {
-		m := agent.Message{Sequence: int64(len(out) + 1), Text: "x"}
+		m := Message{Sequence: int64(len(out) + 1), Text: "x"}
 		switch {
 		case k == "u":
-			m.Role = agent.RoleUser
+			m.Role = RoleUser
 		case k == "a":
-			m.Role = agent.RoleAssistant
+			m.Role = RoleAssistant
 		case k[0] == 'c':
-			m.Role = agent.RoleAssistant
+			m.Role = RoleAssistant
 			n, err := strconv.Atoi(k[1:])
 			if err != nil {
 				panic(err)
 			}
 			for i := range n {
-				m.ToolCalls = append(m.ToolCalls, agent.ToolCall{ID: fmt.Sprintf("t%d-%d", m.Sequence, i)})
+				m.ToolCalls = append(m.ToolCalls, ToolCall{ID: fmt.Sprintf("t%d-%d", m.Sequence, i)})
 			}
 		case k == "r":
-			m.Role = agent.RoleTool
+			m.Role = RoleTool
 			// Answer the oldest unanswered call.
 			answered := map[string]bool{}
 			for _, prev := range out {
@@ -53,10 +51,10 @@ func conversation(kinds ...string) []agent.Message {
 }
 
 func TestCompactionCutoffNeverSeparatesACallFromItsResult(t *testing.T) {
-	one := func(agent.Message) int64 { return 1 }
+	one := func(Message) int64 { return 1 }
 	cases := []struct {
 		name  string
-		msgs  []agent.Message
+		msgs  []Message
 		keep  int64
 		want  int64
 		cutAt []int
@@ -95,7 +93,7 @@ func longSession(t *testing.T, n int) *State {
 	t.Helper()
 	s := inTurn(t, "u1")
 	for i := 1; i < n; i++ {
-		s.store(agent.Message{Role: agent.RoleAssistant, Text: fmt.Sprintf("m%d", i+1)})
+		s.store(Message{Role: RoleAssistant, Text: fmt.Sprintf("m%d", i+1)})
 	}
 	return s
 }
@@ -112,7 +110,7 @@ func TestCompactionAndRetention(t *testing.T) {
 	if err != nil || tc.CompactThrough != 150 || len(tc.Messages) != 200 {
 		t.Fatalf("CompactContext's turn context: through %d, %d messages, %v", tc.CompactThrough, len(tc.Messages), err)
 	}
-	events = s.ApplySummary(CompactionOutcome{Text: "earlier: 150 messages", Usage: agent.Usage{ModelCalls: 1, InputTokens: 9}}, testNow)
+	events = s.ApplySummary(CompactionOutcome{Text: "earlier: 150 messages", Usage: Usage{ModelCalls: 1, InputTokens: 9}}, testNow)
 	wantEvents(t, events, EventUsageRecorded, EventCompactionFinished)
 	if s.Status != StatusRunningModel || s.Summary.LastSequence != 150 || s.Summary.Generation != 1 || s.Usage.ModelCalls != 1 {
 		t.Fatalf("after the summary: status %s, summary %+v, usage %+v", s.Status, s.Summary, s.Usage)

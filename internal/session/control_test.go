@@ -4,14 +4,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 func userTexts(s *State, turnID string) []string {
 	var out []string
 	for _, m := range s.Messages() {
-		if m.TurnID == turnID && m.Role == agent.RoleUser {
+		if m.TurnID == turnID && m.Role == RoleUser {
 			out = append(out, m.Text)
 		}
 	}
@@ -137,7 +135,7 @@ func TestSteerDuringToolCallsRejectsEveryWaitAndKeepsSettledResults(t *testing.T
 	}
 	var results []string
 	for _, m := range s.Messages() {
-		if m.TurnID == "turn-1" && m.Role == agent.RoleTool {
+		if m.TurnID == "turn-1" && m.Role == RoleTool {
 			results = append(results, m.ToolCallID+"="+m.Text)
 		}
 	}

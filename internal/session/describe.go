@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // Model-visible texts. They are part of the session's behaviour: a model
@@ -79,29 +77,29 @@ func TurnFailureNote(records []*ToolCallRecord) string {
 // PairToolResults returns the messages with every assistant tool call
 // followed by a result: a call with no stored result gets the outcome-unknown
 // text, so an orphaned call never reaches a provider.
-func PairToolResults(messages []agent.Message) []agent.Message {
+func PairToolResults(messages []Message) []Message {
 	answered := map[string]bool{}
 	for _, m := range messages {
-		if m.Role == agent.RoleTool {
+		if m.Role == RoleTool {
 			answered[m.TurnID+"\x00"+m.ToolCallID] = true
 		}
 	}
-	out := make([]agent.Message, 0, len(messages))
+	out := make([]Message, 0, len(messages))
 	for i := 0; i < len(messages); i++ {
 		m := messages[i]
 		out = append(out, m)
-		if m.Role != agent.RoleAssistant || len(m.ToolCalls) == 0 {
+		if m.Role != RoleAssistant || len(m.ToolCalls) == 0 {
 			continue
 		}
 		// Results follow their calls; the missing ones go right after the
 		// results that are there.
-		for i+1 < len(messages) && messages[i+1].Role == agent.RoleTool {
+		for i+1 < len(messages) && messages[i+1].Role == RoleTool {
 			i++
 			out = append(out, messages[i])
 		}
 		for _, c := range m.ToolCalls {
 			if !answered[m.TurnID+"\x00"+c.ID] {
-				out = append(out, agent.Message{TurnID: m.TurnID, Role: agent.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: OutcomeUnknownText})
+				out = append(out, Message{TurnID: m.TurnID, Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: OutcomeUnknownText})
 			}
 		}
 	}

@@ -3,8 +3,6 @@ package session
 import (
 	"slices"
 	"testing"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 func TestDescribeOutcome(t *testing.T) {
@@ -85,53 +83,53 @@ func TestTurnFailureNote(t *testing.T) {
 	}
 }
 
-func msgKey(m agent.Message) string {
-	if m.Role == agent.RoleTool {
+func msgKey(m Message) string {
+	if m.Role == RoleTool {
 		return "tool:" + m.TurnID + ":" + m.ToolCallID + ":" + m.ToolName + ":" + m.Text
 	}
 	return string(m.Role) + ":" + m.TurnID + ":" + m.Text
 }
 
 func TestPairToolResults(t *testing.T) {
-	user := func(turn, text string) agent.Message {
-		return agent.Message{TurnID: turn, Role: agent.RoleUser, Text: text}
+	user := func(turn, text string) Message {
+		return Message{TurnID: turn, Role: RoleUser, Text: text}
 	}
-	ask := func(turn string, ids ...string) agent.Message {
-		m := agent.Message{TurnID: turn, Role: agent.RoleAssistant, Text: "calling"}
+	ask := func(turn string, ids ...string) Message {
+		m := Message{TurnID: turn, Role: RoleAssistant, Text: "calling"}
 		for _, id := range ids {
-			m.ToolCalls = append(m.ToolCalls, agent.ToolCall{ID: id, Name: "tool_" + id, Arguments: "{}"})
+			m.ToolCalls = append(m.ToolCalls, ToolCall{ID: id, Name: "tool_" + id, Arguments: "{}"})
 		}
 		return m
 	}
-	result := func(turn, id, text string) agent.Message {
-		return agent.Message{TurnID: turn, Role: agent.RoleTool, ToolCallID: id, ToolName: "tool_" + id, Text: text}
+	result := func(turn, id, text string) Message {
+		return Message{TurnID: turn, Role: RoleTool, ToolCallID: id, ToolName: "tool_" + id, Text: text}
 	}
-	answer := func(turn, text string) agent.Message {
-		return agent.Message{TurnID: turn, Role: agent.RoleAssistant, Text: text}
+	answer := func(turn, text string) Message {
+		return Message{TurnID: turn, Role: RoleAssistant, Text: text}
 	}
-	unknown := func(turn, id string) agent.Message { return result(turn, id, OutcomeUnknownText) }
+	unknown := func(turn, id string) Message { return result(turn, id, OutcomeUnknownText) }
 
 	cases := []struct {
 		name string
-		in   []agent.Message
-		want []agent.Message
+		in   []Message
+		want []Message
 	}{
-		{"empty", nil, []agent.Message{}},
+		{"empty", nil, []Message{}},
 		{"complete transcript unchanged",
-			[]agent.Message{user("t1", "hi"), ask("t1", "a", "b"), result("t1", "a", "A"), result("t1", "b", "B"), answer("t1", "done")},
-			[]agent.Message{user("t1", "hi"), ask("t1", "a", "b"), result("t1", "a", "A"), result("t1", "b", "B"), answer("t1", "done")}},
+			[]Message{user("t1", "hi"), ask("t1", "a", "b"), result("t1", "a", "A"), result("t1", "b", "B"), answer("t1", "done")},
+			[]Message{user("t1", "hi"), ask("t1", "a", "b"), result("t1", "a", "A"), result("t1", "b", "B"), answer("t1", "done")}},
 		{"orphaned call at the end",
-			[]agent.Message{user("t1", "hi"), ask("t1", "a")},
-			[]agent.Message{user("t1", "hi"), ask("t1", "a"), unknown("t1", "a")}},
+			[]Message{user("t1", "hi"), ask("t1", "a")},
+			[]Message{user("t1", "hi"), ask("t1", "a"), unknown("t1", "a")}},
 		{"missing results go right after the existing ones",
-			[]agent.Message{user("t1", "hi"), ask("t1", "a", "b", "c"), result("t1", "b", "B"), user("t1", "note"), user("t2", "next")},
-			[]agent.Message{user("t1", "hi"), ask("t1", "a", "b", "c"), result("t1", "b", "B"), unknown("t1", "a"), unknown("t1", "c"), user("t1", "note"), user("t2", "next")}},
+			[]Message{user("t1", "hi"), ask("t1", "a", "b", "c"), result("t1", "b", "B"), user("t1", "note"), user("t2", "next")},
+			[]Message{user("t1", "hi"), ask("t1", "a", "b", "c"), result("t1", "b", "B"), unknown("t1", "a"), unknown("t1", "c"), user("t1", "note"), user("t2", "next")}},
 		{"a result of the same ID in another turn does not count",
-			[]agent.Message{user("t1", "hi"), ask("t1", "a"), result("t1", "a", "A"), answer("t1", "ok"), user("t2", "again"), ask("t2", "a"), user("t3", "later")},
-			[]agent.Message{user("t1", "hi"), ask("t1", "a"), result("t1", "a", "A"), answer("t1", "ok"), user("t2", "again"), ask("t2", "a"), unknown("t2", "a"), user("t3", "later")}},
+			[]Message{user("t1", "hi"), ask("t1", "a"), result("t1", "a", "A"), answer("t1", "ok"), user("t2", "again"), ask("t2", "a"), user("t3", "later")},
+			[]Message{user("t1", "hi"), ask("t1", "a"), result("t1", "a", "A"), answer("t1", "ok"), user("t2", "again"), ask("t2", "a"), unknown("t2", "a"), user("t3", "later")}},
 		{"each model call of a turn is paired",
-			[]agent.Message{user("t1", "hi"), ask("t1", "a"), ask("t1", "b"), result("t1", "b", "B")},
-			[]agent.Message{user("t1", "hi"), ask("t1", "a"), unknown("t1", "a"), ask("t1", "b"), result("t1", "b", "B")}},
+			[]Message{user("t1", "hi"), ask("t1", "a"), ask("t1", "b"), result("t1", "b", "B")},
+			[]Message{user("t1", "hi"), ask("t1", "a"), unknown("t1", "a"), ask("t1", "b"), result("t1", "b", "B")}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

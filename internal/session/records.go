@@ -181,7 +181,7 @@ type Turn struct {
 	// Settings are the session settings the turn started with; its model
 	// calls read only this copy, so an update never changes a running turn.
 	Settings json.RawMessage `json:"settings,omitempty"`
-	Usage    agent.Usage     `json:"usage"`
+	Usage    Usage           `json:"usage"`
 }
 
 // TurnOptions are the session options a RunModel Step worked with, recorded

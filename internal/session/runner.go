@@ -28,7 +28,7 @@ type TurnContext struct {
 	Mode    InteractionMode `json:"mode"`
 	// Messages are the stored messages in sequence order: every one, or,
 	// once the session compacted, those after the summary.
-	Messages []agent.Message `json:"messages"`
+	Messages []Message `json:"messages"`
 	// ModelCalls counts the turn's model calls made so far.
 	ModelCalls int `json:"modelCalls"`
 	// RunState is empty for the turn's first model call.
@@ -76,20 +76,20 @@ type ModelOutcome struct {
 	Kind OutcomeKind `json:"kind"`
 	// NewMessages are the turn's messages not stored yet, appended in this
 	// Step's commit.
-	NewMessages []agent.Message `json:"newMessages,omitempty"`
+	NewMessages []Message `json:"newMessages,omitempty"`
 	// ToolCalls are the requested calls in model order.
 	ToolCalls []DeferredToolCall `json:"toolCalls,omitempty"`
 	// RunState continues the turn after the tool calls, or in the next
 	// model call of a continued turn.
 	RunState string `json:"runState,omitempty"`
 	// Usage is this model call's usage only.
-	Usage agent.Usage `json:"usage"`
+	Usage Usage `json:"usage"`
 	// TurnError ends a completed turn as failed, without a retry.
 	TurnError string `json:"turnError,omitempty"`
 	// Options are the session options the Step worked with.
 	Options TurnOptions `json:"options"`
 	// Metadata describes the model call for tracing.
-	Metadata agent.CallMetadata `json:"metadata"`
+	Metadata CallMetadata `json:"metadata"`
 	// Attempt is the RunModel attempt that made the call; the engine binding
 	// sets it, so the commit's events name the attempt that counted.
 	Attempt int `json:"attempt,omitempty"`

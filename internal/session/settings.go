@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/stepwise-run/stepwise/pkg/agent"
+	"github.com/stepwise-run/stepwise/internal/contract"
 )
 
 // InvalidStartSettingsReason starts the reason of a session that failed at
@@ -13,7 +13,7 @@ import (
 const InvalidStartSettingsReason = "invalid start session settings"
 
 // normalizeSettings checks settings as the session stores them: one JSON
-// object of at most agent.MaxSessionSettingsBytes plus the tolerance, in
+// object of at most contract.MaxSessionSettingsBytes plus the tolerance, in
 // compact form. Null and anything but an object are refused.
 func normalizeSettings(raw json.RawMessage) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(raw)
@@ -23,15 +23,15 @@ func normalizeSettings(raw json.RawMessage) (json.RawMessage, error) {
 	if trimmed[0] != '{' {
 		return nil, fmt.Errorf("session settings must be a JSON object")
 	}
-	if _, err := agent.DecodeSessionSettings(trimmed); err != nil {
+	if _, err := contract.DecodeSessionSettings(trimmed); err != nil {
 		return nil, err
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, trimmed); err != nil {
 		return nil, fmt.Errorf("session settings are not JSON: %w", err)
 	}
-	if limit := agent.MaxSessionSettingsBytes + agent.SessionSettingsSizeTolerance; compact.Len() > limit {
-		return nil, fmt.Errorf("session settings are %d bytes of JSON, more than the limit of %d", compact.Len(), agent.MaxSessionSettingsBytes)
+	if limit := contract.MaxSessionSettingsBytes + contract.SessionSettingsSizeTolerance; compact.Len() > limit {
+		return nil, fmt.Errorf("session settings are %d bytes of JSON, more than the limit of %d", compact.Len(), contract.MaxSessionSettingsBytes)
 	}
 	if compact.String() == "{}" {
 		return nil, nil

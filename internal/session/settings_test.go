@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stepwise-run/stepwise/pkg/agent"
+	"github.com/stepwise-run/stepwise/internal/contract"
 )
 
 // settingsOfSize is a settings object of exactly n bytes of compact JSON.
@@ -14,7 +14,7 @@ func settingsOfSize(n int) json.RawMessage {
 }
 
 func TestSettingsUpdateRefusals(t *testing.T) {
-	limit := agent.MaxSessionSettingsBytes + agent.SessionSettingsSizeTolerance
+	limit := contract.MaxSessionSettingsBytes + contract.SessionSettingsSizeTolerance
 	cases := []struct {
 		name     string
 		started  bool

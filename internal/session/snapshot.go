@@ -2,8 +2,6 @@ package session
 
 import (
 	"encoding/json"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // Paging limits of the message queries.
@@ -25,10 +23,10 @@ type StateView struct {
 type Snapshot struct {
 	// State is nil until StartAgentSession commits.
 	State             *StateView       `json:"state"`
-	Messages          []agent.Message  `json:"messages"`
+	Messages          []Message        `json:"messages"`
 	PendingInterrupts []Interrupt      `json:"pendingInterrupts"`
 	ToolCalls         []ToolCallRecord `json:"toolCalls"`
-	Usage             agent.Usage      `json:"usage"`
+	Usage             Usage            `json:"usage"`
 	// QueuedMessageCount and QueuedMessages are the messages waiting for a
 	// turn.
 	QueuedMessageCount int           `json:"queuedMessageCount"`
@@ -50,7 +48,7 @@ type Snapshot struct {
 // queued messages.
 func (s *State) Snapshot() Snapshot {
 	snap := Snapshot{
-		Messages:             []agent.Message{},
+		Messages:             []Message{},
 		PendingInterrupts:    append([]Interrupt{}, s.Interrupts...),
 		ToolCalls:            []ToolCallRecord{},
 		Usage:                s.Usage,
@@ -93,7 +91,7 @@ type ListMessagesRequest struct {
 // MessagesPage is list_agent_messages' result.
 type MessagesPage struct {
 	// Messages are oldest first.
-	Messages []agent.Message `json:"messages"`
+	Messages []Message `json:"messages"`
 	// FirstSequence is the session's oldest stored message; the last page
 	// starts there.
 	FirstSequence int64 `json:"firstSequence"`
@@ -111,7 +109,7 @@ func ClampLimit(limit int) int {
 // ListMessages is list_agent_messages.
 func (s *State) ListMessages(req ListMessagesRequest) MessagesPage {
 	limit := ClampLimit(req.Limit)
-	page := MessagesPage{Messages: []agent.Message{}}
+	page := MessagesPage{Messages: []Message{}}
 	page.DeletedBeforeSequence = s.DeletedBeforeSequence
 	all := s.Messages()
 	if len(all) == 0 {

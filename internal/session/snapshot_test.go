@@ -3,8 +3,6 @@ package session
 import (
 	"fmt"
 	"testing"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // withMessages returns a started session holding n stored messages with
@@ -13,12 +11,12 @@ func withMessages(t *testing.T, n int) *State {
 	t.Helper()
 	s := startedState(t)
 	for i := 0; i < n; i++ {
-		s.store(agent.Message{Role: agent.RoleUser, Text: fmt.Sprintf("m%d", i+1)})
+		s.store(Message{Role: RoleUser, Text: fmt.Sprintf("m%d", i+1)})
 	}
 	return s
 }
 
-func sequences(messages []agent.Message) []int64 {
+func sequences(messages []Message) []int64 {
 	out := make([]int64, 0, len(messages))
 	for _, m := range messages {
 		out = append(out, m.Sequence)
@@ -54,7 +52,7 @@ func TestSnapshotBeforeStart(t *testing.T) {
 	if snap.Messages == nil || len(snap.Messages) != 0 || snap.ToolCalls == nil || snap.PendingInterrupts == nil || snap.QueuedMessages == nil {
 		t.Errorf("snapshot lists must be empty, not nil: %+v", snap)
 	}
-	if snap.QueuedMessageCount != 0 || snap.Usage != (agent.Usage{}) {
+	if snap.QueuedMessageCount != 0 || snap.Usage != (Usage{}) {
 		t.Errorf("snapshot = %+v", snap)
 	}
 }

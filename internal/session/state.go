@@ -23,15 +23,15 @@ type State struct {
 	Mode           InteractionMode `json:"mode"`
 	// Window holds the newest stored messages; Chunks the older ones that
 	// retention has kept, oldest first; Index says where each is.
-	Window       []agent.Message `json:"window"`
-	Chunks       []MessageChunk  `json:"chunks,omitempty"`
-	Index        MessageIndex    `json:"index"`
-	NextSequence int64           `json:"nextSequence"`
-	TurnCount    int             `json:"turnCount"`
-	Turn         *Turn           `json:"turn,omitempty"`
-	Interrupts   []Interrupt     `json:"interrupts,omitempty"`
-	Usage        agent.Usage     `json:"usage"`
-	Queued       []UserMessage   `json:"queued,omitempty"`
+	Window       []Message      `json:"window"`
+	Chunks       []MessageChunk `json:"chunks,omitempty"`
+	Index        MessageIndex   `json:"index"`
+	NextSequence int64          `json:"nextSequence"`
+	TurnCount    int            `json:"turnCount"`
+	Turn         *Turn          `json:"turn,omitempty"`
+	Interrupts   []Interrupt    `json:"interrupts,omitempty"`
+	Usage        Usage          `json:"usage"`
+	Queued       []UserMessage  `json:"queued,omitempty"`
 	// Steered are the steered messages not applied yet; they start the next
 	// turn, ahead of queued ones.
 	Steered []UserMessage `json:"steered,omitempty"`
@@ -212,13 +212,13 @@ func (s *State) startTurn(mode InteractionMode, texts []string) []Event {
 	s.Mode = turn.Mode
 	first := s.NextSequence
 	for _, text := range texts {
-		s.store(agent.Message{Role: agent.RoleUser, Text: text})
+		s.store(Message{Role: RoleUser, Text: text})
 	}
 	return []Event{NewEvent(EventTurnStarted, turn.ID, map[string]any{"sequence": first})}
 }
 
 // store appends a message to the active turn.
-func (s *State) store(m agent.Message) {
+func (s *State) store(m Message) {
 	m.Sequence = s.NextSequence
 	if s.Turn != nil {
 		m.TurnID = s.Turn.ID
@@ -228,7 +228,7 @@ func (s *State) store(m agent.Message) {
 }
 
 // messageBytes is about what a message adds to the state a session carries.
-func messageBytes(m agent.Message) int64 {
+func messageBytes(m Message) int64 {
 	n := len(m.Text) + len(m.TurnID) + len(m.ToolCallID) + len(m.ToolName) + 64
 	for _, c := range m.ToolCalls {
 		n += len(c.ID) + len(c.Name) + len(c.Arguments)
@@ -284,7 +284,7 @@ func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallR
 	}
 	turn.Options = out.Options
 	var events []Event
-	if out.Usage != (agent.Usage{}) {
+	if out.Usage != (Usage{}) {
 		turn.ModelCalls += int(out.Usage.ModelCalls)
 		turn.Usage = turn.Usage.Add(out.Usage)
 		s.Usage = s.Usage.Add(out.Usage)
@@ -833,7 +833,7 @@ func (s *State) storeResults() {
 	for _, r := range s.Turn.ToolCalls {
 		if r.Status.Final() && !r.ResultStored {
 			r.ResultStored = true
-			s.store(agent.Message{Role: agent.RoleTool, ToolCallID: r.ID, ToolName: r.Name, Text: DescribeOutcome(*r)})
+			s.store(Message{Role: RoleTool, ToolCallID: r.ID, ToolName: r.Name, Text: DescribeOutcome(*r)})
 		}
 	}
 }
@@ -846,7 +846,7 @@ func (s *State) FailTurn(errText string) []Event {
 	}
 	s.storeResults()
 	if note := TurnFailureNote(s.Turn.ToolCalls); note != "" {
-		s.store(agent.Message{Role: agent.RoleUser, Text: note})
+		s.store(Message{Role: RoleUser, Text: note})
 	}
 	return s.endTurn(errText)
 }
@@ -881,7 +881,7 @@ func (s *State) turnMessageCount(turnID string) int {
 	return count
 }
 
-func countTurn(messages []agent.Message, turnID string) int {
+func countTurn(messages []Message, turnID string) int {
 	n := 0
 	for _, m := range messages {
 		if m.TurnID == turnID {
@@ -893,7 +893,7 @@ func countTurn(messages []agent.Message, turnID string) int {
 
 // messagesAfterSummary are the stored messages the summary does not cover:
 // the model input after it.
-func (s *State) messagesAfterSummary() []agent.Message {
+func (s *State) messagesAfterSummary() []Message {
 	all := s.Messages()
 	if s.Summary == nil {
 		return all

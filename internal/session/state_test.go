@@ -58,21 +58,21 @@ func call(id, name, args string, p agent.Policy) DeferredToolCall {
 // requested is a ToolCallsRequested outcome whose answer message asks for
 // the calls.
 func requested(opts TurnOptions, calls ...DeferredToolCall) ModelOutcome {
-	answer := agent.Message{Role: agent.RoleAssistant}
+	answer := Message{Role: RoleAssistant}
 	for _, c := range calls {
-		answer.ToolCalls = append(answer.ToolCalls, agent.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		answer.ToolCalls = append(answer.ToolCalls, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
 	return ModelOutcome{
-		Kind: OutcomeToolCallsRequested, NewMessages: []agent.Message{answer}, ToolCalls: calls,
-		RunState: `{"modelCalls":1}`, Usage: agent.Usage{ModelCalls: 1, InputTokens: 10, OutputTokens: 2}, Options: opts,
+		Kind: OutcomeToolCallsRequested, NewMessages: []Message{answer}, ToolCalls: calls,
+		RunState: `{"modelCalls":1}`, Usage: Usage{ModelCalls: 1, InputTokens: 10, OutputTokens: 2}, Options: opts,
 	}
 }
 
 func completed(text string) ModelOutcome {
 	return ModelOutcome{
 		Kind:        OutcomeTurnCompleted,
-		NewMessages: []agent.Message{{Role: agent.RoleAssistant, Text: text}},
-		Usage:       agent.Usage{ModelCalls: 1, InputTokens: 5, OutputTokens: 1},
+		NewMessages: []Message{{Role: RoleAssistant, Text: text}},
+		Usage:       Usage{ModelCalls: 1, InputTokens: 5, OutputTokens: 1},
 	}
 }
 
@@ -139,7 +139,7 @@ func TestStart(t *testing.T) {
 			if s.Turn == nil || s.Turn.ID != "turn-1" || len(s.Queued) != 0 {
 				t.Fatalf("turn = %+v queued = %v", s.Turn, s.Queued)
 			}
-			want := agent.Message{Sequence: 1, TurnID: "turn-1", Role: agent.RoleUser, Text: c.message}
+			want := Message{Sequence: 1, TurnID: "turn-1", Role: RoleUser, Text: c.message}
 			if len(s.Messages()) != 1 || s.Messages()[0].Sequence != want.Sequence || s.Messages()[0].TurnID != want.TurnID || s.Messages()[0].Role != want.Role || s.Messages()[0].Text != want.Text {
 				t.Errorf("messages = %+v, want [%+v]", s.Messages(), want)
 			}
@@ -248,17 +248,17 @@ func TestApplyModelOutcomeEndsTheTurn(t *testing.T) {
 		wantLastError string
 	}{
 		{"completed turn", completed("done"), []EventType{EventUsageRecorded, EventTurnCompleted}, ""},
-		{"completed turn without usage", ModelOutcome{Kind: OutcomeTurnCompleted, NewMessages: []agent.Message{{Role: agent.RoleAssistant, Text: "done"}}},
+		{"completed turn without usage", ModelOutcome{Kind: OutcomeTurnCompleted, NewMessages: []Message{{Role: RoleAssistant, Text: "done"}}},
 			[]EventType{EventTurnCompleted}, ""},
-		{"turn error", ModelOutcome{Kind: OutcomeTurnCompleted, NewMessages: []agent.Message{{Role: agent.RoleAssistant, Text: "partial"}},
-			Usage: agent.Usage{ModelCalls: 1}, TurnError: "limit reached"},
+		{"turn error", ModelOutcome{Kind: OutcomeTurnCompleted, NewMessages: []Message{{Role: RoleAssistant, Text: "partial"}},
+			Usage: Usage{ModelCalls: 1}, TurnError: "limit reached"},
 			[]EventType{EventUsageRecorded, EventTurnFailed}, "limit reached"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := inTurn(t, "hello")
 			s.LastTurnError = "an earlier turn failed"
-			s.Usage = agent.Usage{ModelCalls: 4, InputTokens: 100}
+			s.Usage = Usage{ModelCalls: 4, InputTokens: 100}
 			records, events := s.ApplyModelOutcome(c.outcome, testNow)
 			if records != nil {
 				t.Errorf("records = %v", records)
@@ -284,10 +284,10 @@ func TestApplyModelOutcomeEndsTheTurn(t *testing.T) {
 			if s.Turn != nil || s.Status != StatusWaitingForUserMessage || s.Mode != ModeChat {
 				t.Errorf("turn %+v status %q after the turn ended", s.Turn, s.Status)
 			}
-			if len(s.Messages()) != 2 || s.Messages()[1].Role != agent.RoleAssistant || s.Messages()[1].Sequence != 2 || s.Messages()[1].TurnID != "turn-1" {
+			if len(s.Messages()) != 2 || s.Messages()[1].Role != RoleAssistant || s.Messages()[1].Sequence != 2 || s.Messages()[1].TurnID != "turn-1" {
 				t.Errorf("messages = %+v", s.Messages())
 			}
-			wantUsage := agent.Usage{ModelCalls: 4, InputTokens: 100}.Add(c.outcome.Usage)
+			wantUsage := Usage{ModelCalls: 4, InputTokens: 100}.Add(c.outcome.Usage)
 			if s.Usage != wantUsage {
 				t.Errorf("session usage = %+v, want %+v", s.Usage, wantUsage)
 			}
@@ -307,7 +307,7 @@ func TestApplyModelOutcomeEndsTheTurn(t *testing.T) {
 func TestApplyModelOutcomeWithoutATurnDoesNothing(t *testing.T) {
 	s := startedState(t)
 	records, events := s.ApplyModelOutcome(completed("x"), testNow)
-	if records != nil || events != nil || len(s.Messages()) != 0 || s.Usage != (agent.Usage{}) {
+	if records != nil || events != nil || len(s.Messages()) != 0 || s.Usage != (Usage{}) {
 		t.Errorf("records=%v events=%v messages=%v usage=%+v", records, eventTypes(events), s.Messages(), s.Usage)
 	}
 }
@@ -566,7 +566,7 @@ func TestToolCallIDRepeatedFromAnEarlierModelCallFailsTheTurn(t *testing.T) {
 	}
 	note := s.Messages()[len(s.Messages())-1]
 	wantNote := TurnFailureNoteHeader + "\n- lookup {\"id\":\"7\"} -> succeeded: order 7\n" + TurnFailureNoteFooter
-	if note.Role != agent.RoleUser || note.Text != wantNote {
+	if note.Role != RoleUser || note.Text != wantNote {
 		t.Errorf("note = %+v, want %q", note, wantNote)
 	}
 
@@ -1019,10 +1019,10 @@ func TestResumeTurnStoresResultsInModelOrderOnce(t *testing.T) {
 		t.Errorf("status = %q", s.Status)
 	}
 	got := s.Messages()[before:]
-	want := []agent.Message{
-		{Sequence: 3, TurnID: "turn-1", Role: agent.RoleTool, ToolCallID: "a", ToolName: "first", Text: "The tool call failed: boom"},
-		{Sequence: 4, TurnID: "turn-1", Role: agent.RoleTool, ToolCallID: "b", ToolName: "second", Text: OutcomeUnknownText},
-		{Sequence: 5, TurnID: "turn-1", Role: agent.RoleTool, ToolCallID: "c", ToolName: "third", Text: "C"},
+	want := []Message{
+		{Sequence: 3, TurnID: "turn-1", Role: RoleTool, ToolCallID: "a", ToolName: "first", Text: "The tool call failed: boom"},
+		{Sequence: 4, TurnID: "turn-1", Role: RoleTool, ToolCallID: "b", ToolName: "second", Text: OutcomeUnknownText},
+		{Sequence: 5, TurnID: "turn-1", Role: RoleTool, ToolCallID: "c", ToolName: "third", Text: "C"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("stored %+v", got)
@@ -1114,7 +1114,7 @@ func TestFailTurn(t *testing.T) {
 		"- lookup {\"id\":\"7\"} -> succeeded: order 7\n" +
 		"- save {} -> outcome_unknown: " + OutcomeUnknownText + " (timeout)\n" +
 		TurnFailureNoteFooter
-	if stored[2].Role != agent.RoleUser || stored[2].Text != wantNote || stored[2].TurnID != "turn-1" {
+	if stored[2].Role != RoleUser || stored[2].Text != wantNote || stored[2].TurnID != "turn-1" {
 		t.Errorf("note = %+v\nwant %q", stored[2], wantNote)
 	}
 
@@ -1184,8 +1184,8 @@ func TestApplyModelOutcomeContinuesTheTurn(t *testing.T) {
 	s := inTurn(t, "decide")
 	records, events := s.ApplyModelOutcome(ModelOutcome{
 		Kind: OutcomeTurnContinued, RunState: `{"modelCalls":1,"continuations":1}`,
-		NewMessages: []agent.Message{{Role: agent.RoleAssistant, Text: "maybe"}, {Role: agent.RoleUser, Text: "Be sure."}},
-		Usage:       agent.Usage{ModelCalls: 1},
+		NewMessages: []Message{{Role: RoleAssistant, Text: "maybe"}, {Role: RoleUser, Text: "Be sure."}},
+		Usage:       Usage{ModelCalls: 1},
 	}, testNow)
 	if records != nil {
 		t.Errorf("records = %+v", records)
@@ -1195,7 +1195,7 @@ func TestApplyModelOutcomeContinuesTheTurn(t *testing.T) {
 		t.Fatalf("after a continuation: status %q, turn %+v", s.Status, s.Turn)
 	}
 	last := s.Messages()[len(s.Messages())-1]
-	if len(s.Messages()) != 3 || last.Role != agent.RoleUser || last.Text != "Be sure." || last.TurnID != "turn-1" {
+	if len(s.Messages()) != 3 || last.Role != RoleUser || last.Text != "Be sure." || last.TurnID != "turn-1" {
 		t.Errorf("messages = %+v, want the continuation stored as user text of the turn", s.Messages())
 	}
 	if _, err := s.TurnContext("turn-1"); err != nil {

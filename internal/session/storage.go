@@ -2,8 +2,6 @@ package session
 
 import (
 	"slices"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // Message storage, the seed's defaults: the newest messages are the window;
@@ -17,10 +15,10 @@ const (
 // MessageChunk is a run of consecutive older messages, never changed once
 // written.
 type MessageChunk struct {
-	FirstSequence int64           `json:"firstSequence"`
-	LastSequence  int64           `json:"lastSequence"`
-	Bytes         int64           `json:"bytes"`
-	Messages      []agent.Message `json:"messages"`
+	FirstSequence int64     `json:"firstSequence"`
+	LastSequence  int64     `json:"lastSequence"`
+	Bytes         int64     `json:"bytes"`
+	Messages      []Message `json:"messages"`
 }
 
 // ChunkRef is the index's entry for one kept chunk.
@@ -41,7 +39,7 @@ type MessageIndex struct {
 
 // Messages returns every stored message in sequence order: the kept chunks,
 // then the window.
-func (s *State) Messages() []agent.Message {
+func (s *State) Messages() []Message {
 	if len(s.Chunks) == 0 {
 		return s.Window
 	}
@@ -49,7 +47,7 @@ func (s *State) Messages() []agent.Message {
 	for _, c := range s.Chunks {
 		n += len(c.Messages)
 	}
-	out := make([]agent.Message, 0, n)
+	out := make([]Message, 0, n)
 	for _, c := range s.Chunks {
 		out = append(out, c.Messages...)
 	}
@@ -68,14 +66,14 @@ func (s *State) MessageCount() int {
 // append stores one message: into the window, whose oldest messages move
 // into chunks once it holds more than MessageWindowSize; a message larger
 // than a chunk may hold goes into its own chunk, after the window's.
-func (s *State) storeMessage(m agent.Message) {
+func (s *State) storeMessage(m Message) {
 	size := messageBytes(m)
 	s.StoredBytes += size
 	if size > MessageChunkMaxBytes {
 		for len(s.Window) > 0 {
 			s.moveToChunk(min(len(s.Window), MessageChunkSize))
 		}
-		s.writeChunk([]agent.Message{m})
+		s.writeChunk([]Message{m})
 		s.reindex()
 		return
 	}
@@ -103,7 +101,7 @@ func (s *State) moveToChunk(n int) {
 	s.Window = slices.Clone(s.Window[take:])
 }
 
-func (s *State) writeChunk(messages []agent.Message) {
+func (s *State) writeChunk(messages []Message) {
 	c := MessageChunk{FirstSequence: messages[0].Sequence, LastSequence: messages[len(messages)-1].Sequence, Messages: messages}
 	for _, m := range messages {
 		c.Bytes += messageBytes(m)

@@ -3,8 +3,6 @@ package session
 import (
 	"strings"
 	"testing"
-
-	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 func TestTheWindowRollsIntoImmutableChunks(t *testing.T) {
@@ -38,9 +36,9 @@ func TestTheWindowRollsIntoImmutableChunks(t *testing.T) {
 
 func TestALargeMessageGetsItsOwnChunkInOrder(t *testing.T) {
 	s := inTurn(t, "hi")
-	s.store(agent.Message{Role: agent.RoleAssistant, Text: "short"})
-	s.store(agent.Message{Role: agent.RoleTool, ToolCallID: "c1", Text: strings.Repeat("x", MessageChunkMaxBytes+1)})
-	s.store(agent.Message{Role: agent.RoleAssistant, Text: "after"})
+	s.store(Message{Role: RoleAssistant, Text: "short"})
+	s.store(Message{Role: RoleTool, ToolCallID: "c1", Text: strings.Repeat("x", MessageChunkMaxBytes+1)})
+	s.store(Message{Role: RoleAssistant, Text: "after"})
 	if len(s.Chunks) != 2 || len(s.Chunks[1].Messages) != 1 || s.Chunks[1].FirstSequence != 3 || len(s.Window) != 1 {
 		t.Fatalf("chunks %d (second holds %d from %d), window %d", len(s.Chunks), len(s.Chunks[1].Messages), s.Chunks[1].FirstSequence, len(s.Window))
 	}

@@ -3,6 +3,7 @@ package session
 import (
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -13,7 +14,7 @@ const TaskAbandonedText = "the turn was cancelled while the tool's task ran; the
 // waits for it in PollToolTask.
 func (s *State) recordTaskStarted(r *ToolCallRecord, out ToolOutcome) []Event {
 	r.Status, r.TaskID = ToolCallWaitingForTask, out.TaskID
-	r.TaskPollInterval = agent.TaskPollInterval(out.PollInterval)
+	r.TaskPollInterval = contract.TaskPollInterval(out.PollInterval)
 	// A task started in a turn cancelled meanwhile is abandoned at once.
 	r.TaskAbandoned = s.Turn.Control.Cancelled
 	return []Event{NewEvent(EventToolTaskStarted, s.Turn.ID, map[string]any{
@@ -25,7 +26,7 @@ func (s *State) recordTaskStarted(r *ToolCallRecord, out ToolOutcome) []Event {
 // and the continuation the next poll reads. An answer handed to this poll
 // has been delivered.
 func recordTaskPending(r *ToolCallRecord, out ToolOutcome) {
-	r.TaskPollInterval = agent.TaskPollInterval(out.PollInterval)
+	r.TaskPollInterval = contract.TaskPollInterval(out.PollInterval)
 	r.InputContinuation = out.Continuation
 	r.TaskAnswer = nil
 }
@@ -78,5 +79,5 @@ func MissingPollerOutcome(r ToolCallRecord) ToolOutcome {
 	if r.Effect == agent.EffectRead {
 		kind = ToolResultFailed
 	}
-	return ToolOutcome{Kind: kind, Error: agent.MissingTaskPollerText(r.Name)}
+	return ToolOutcome{Kind: kind, Error: contract.MissingTaskPollerText(r.Name)}
 }

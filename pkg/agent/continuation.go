@@ -29,7 +29,10 @@ var (
 
 // ContinueTurn calls the model again in the same turn with message as user
 // text: after tool calls it follows their results, after an answer it
-// follows the answer. The message is part of the turn's transcript.
+// follows the answer. The message is part of the turn's transcript. At
+// most 8 continuations may follow answers without tools in a row (a tool
+// call resets the count); the next ends the turn with the model's answer
+// and sets the turn's error.
 func ContinueTurn(message string) TurnContinuation {
 	return TurnContinuation{kind: continuationContinue, message: message}
 }
@@ -65,13 +68,3 @@ type TurnContinuationContext struct {
 	// order; empty when the model answered without tools.
 	ToolResults []ToolResult
 }
-
-// MaxConsecutiveTurnContinuations bounds the continuations that may follow
-// answers without tools in a row; a tool call resets the count.
-const MaxConsecutiveTurnContinuations = 8
-
-// TurnContinuationLimitError is the turn error of a turn that asked for
-// one continuation more than MaxConsecutiveTurnContinuations in a row.
-var TurnContinuationLimitError = fmt.Sprintf(
-	"the turn was continued %d times in a row without a tool call, the limit; it ended with the model's last answer",
-	MaxConsecutiveTurnContinuations)

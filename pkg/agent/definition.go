@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/stepwise-run/stepwise/internal/contract"
 )
 
 // Definition is an agent: its instructions, model, tools and limits. The
@@ -33,7 +35,7 @@ type Definition struct {
 	// are offered after the function tools.
 	ToolSources []ToolSource
 	// ToolSourceListingTimeout bounds each source's listing in a model
-	// call; DefaultToolSourceListingTimeout when zero.
+	// call; 10 seconds when zero.
 	ToolSourceListingTimeout time.Duration
 	// ToolPolicies override a tool's effect class and approval by name.
 	ToolPolicies map[string]Policy
@@ -43,12 +45,13 @@ type Definition struct {
 	// BuiltInTools are the built-in tools the model is offered; their names
 	// are reserved.
 	BuiltInTools []BuiltInTool
-	// MaxModelCallsPerTurn bounds the model calls of one turn.
+	// MaxModelCallsPerTurn bounds the model calls of one turn; 100 when
+	// zero.
 	MaxModelCallsPerTurn int
 	// InterruptDeadline bounds how long an approval or question waits; zero
 	// waits forever.
 	InterruptDeadline time.Duration
-	// MaxDurableWait bounds one durable_wait.
+	// MaxDurableWait bounds one durable_wait; 365 days when zero.
 	MaxDurableWait time.Duration
 	// RunModelLimit, when set, changes RunModel's timeout, attempts and
 	// retry budget.
@@ -90,12 +93,6 @@ type CompactionPolicy struct {
 	RetainedMessages int
 }
 
-// Compaction defaults, as the seed's policy sets them.
-const (
-	DefaultTriggerRatio = 0.85
-	DefaultKeepRatio    = 0.3
-)
-
 // InstructionContext is what InstructionsFunc sees of a model call.
 type InstructionContext struct {
 	SessionID string
@@ -108,33 +105,27 @@ type InstructionContext struct {
 	Settings SessionSettings
 }
 
-// Defaults of a definition, as the seed's session options set them.
-const (
-	DefaultMaxModelCallsPerTurn = 100
-	DefaultMaxDurableWait       = 365 * 24 * time.Hour
-)
-
 // WithDefaults fills the fields left zero.
 func (d Definition) WithDefaults() Definition {
 	if d.DefaultToolEffect == "" {
 		d.DefaultToolEffect = EffectUnclassified
 	}
 	if d.MaxModelCallsPerTurn == 0 {
-		d.MaxModelCallsPerTurn = DefaultMaxModelCallsPerTurn
+		d.MaxModelCallsPerTurn = contract.DefaultMaxModelCallsPerTurn
 	}
 	if d.MaxDurableWait == 0 {
-		d.MaxDurableWait = DefaultMaxDurableWait
+		d.MaxDurableWait = contract.DefaultMaxDurableWait
 	}
 	if d.ToolSourceListingTimeout == 0 {
-		d.ToolSourceListingTimeout = DefaultToolSourceListingTimeout
+		d.ToolSourceListingTimeout = contract.DefaultToolSourceListingTimeout
 	}
 	if c := d.Compaction; c != nil {
 		policy := *c
 		if policy.TriggerRatio == 0 {
-			policy.TriggerRatio = DefaultTriggerRatio
+			policy.TriggerRatio = contract.DefaultCompactionTriggerRatio
 		}
 		if policy.KeepRatio == 0 {
-			policy.KeepRatio = DefaultKeepRatio
+			policy.KeepRatio = contract.DefaultCompactionKeepRatio
 		}
 		d.Compaction = &policy
 	}

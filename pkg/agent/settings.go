@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,60 +13,6 @@ import (
 // snapshots show: never put a secret in them, only a reference the worker
 // resolves.
 type SessionSettings map[string]any
-
-// Size limits of session settings. Clients check MaxSessionSettingsBytes
-// before they send; the session itself accepts SessionSettingsSizeTolerance
-// more, because other encoders write some values differently.
-const (
-	MaxSessionSettingsBytes      = 16 * 1024
-	SessionSettingsSizeTolerance = 1024
-)
-
-// EncodeSessionSettings returns settings as the compact JSON text their size
-// is measured on: UTF-8, with non-ASCII and HTML characters unescaped. Nil
-// settings encode as {}.
-func EncodeSessionSettings(s SessionSettings) ([]byte, error) {
-	if s == nil {
-		s = SessionSettings{}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
-		return nil, fmt.Errorf("session settings are not JSON: %w", err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-// ValidateSessionSettings checks settings as a client does before it sends
-// them: they encode as JSON within MaxSessionSettingsBytes.
-func ValidateSessionSettings(s SessionSettings) error {
-	raw, err := EncodeSessionSettings(s)
-	if err != nil {
-		return err
-	}
-	if len(raw) > MaxSessionSettingsBytes {
-		return fmt.Errorf("session settings are %d bytes of JSON, more than the limit of %d", len(raw), MaxSessionSettingsBytes)
-	}
-	return nil
-}
-
-// DecodeSessionSettings reads stored settings; none read as empty settings.
-func DecodeSessionSettings(raw json.RawMessage) (SessionSettings, error) {
-	out := SessionSettings{}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return out, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&out); err != nil {
-		return nil, fmt.Errorf("session settings are not a JSON object: %w", err)
-	}
-	if out == nil {
-		return SessionSettings{}, nil
-	}
-	return out, nil
-}
 
 // ModelSetting is the session setting that ModelChoices reads.
 const ModelSetting = "model"

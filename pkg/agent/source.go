@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
 // ToolSource gives a session tools listed at run time, such as an MCP
@@ -79,10 +78,6 @@ type SourceCall struct {
 	// Arguments are the model's arguments, JSON.
 	Arguments string
 }
-
-// DefaultToolSourceListingTimeout bounds each source's listing in a model
-// call.
-const DefaultToolSourceListingTimeout = 10 * time.Second
 
 // DeclaredToolSource is a source with names it always lists, such as the
 // MCP resource and prompt tools, which an agent checks when it is built.

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -89,17 +88,4 @@ func IsTaskPending(err error) (*TaskPending, bool) {
 	var p *TaskPending
 	ok := errors.As(err, &p)
 	return p, ok
-}
-
-// TaskPollInterval rounds a poll interval up to whole seconds, from one
-// second to a day.
-func TaskPollInterval(d time.Duration) time.Duration {
-	d = (d + time.Second - 1).Truncate(time.Second)
-	return min(max(d, time.Second), 24*time.Hour)
-}
-
-// MissingTaskPollerText fails a call whose tool started a task that no
-// poller can follow.
-func MissingTaskPollerText(tool string) string {
-	return fmt.Sprintf("tool %s started a task, but it has no task poller, so the session cannot follow the task", tool)
 }

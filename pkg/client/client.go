@@ -6,9 +6,6 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -18,39 +15,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/session"
-	"github.com/stepwise-run/stepwise/pkg/agent"
-)
-
-// The session types the client returns.
-type (
-	// Snapshot is a session as a UI shows it.
-	Snapshot = session.Snapshot
-	// MessagesPage is one page of stored messages.
-	MessagesPage = session.MessagesPage
-	// ListMessagesRequest pages through stored messages.
-	ListMessagesRequest = session.ListMessagesRequest
-	// Interrupt is a pending approval or question.
-	Interrupt = session.Interrupt
-	// ToolCallRecord is a tool call of the active turn.
-	ToolCallRecord = session.ToolCallRecord
-	// Plan is the session's plan.
-	Plan = session.Plan
-)
-
-// Plan statuses.
-const (
-	PlanDraft     = session.PlanDraft
-	PlanActive    = session.PlanActive
-	PlanCompleted = session.PlanCompleted
-	PlanCleared   = session.PlanCleared
-)
-
-// Interrupt kinds.
-const (
-	InterruptApproval = session.InterruptApproval
-	InterruptQuestion = session.InterruptQuestion
 )
 
 // Steps a session waits in for a person.
@@ -58,6 +25,15 @@ const (
 	StepAwaitToolApproval   = string(session.StepAwaitToolApproval)
 	StepAwaitQuestionAnswer = string(session.StepAwaitQuestionAnswer)
 )
+
+// SessionSettings are one session's settings: a JSON object that the next
+// turn starts with, such as {"model": "large"}. Snapshots show them: never
+// put a secret in them.
+type SessionSettings map[string]any
+
+// MaxSessionSettingsBytes is the largest session settings the client
+// sends, measured as compact JSON.
+const MaxSessionSettingsBytes = contract.MaxSessionSettingsBytes
 
 // Sessions drives the sessions of one Flow type.
 type Sessions struct {
@@ -80,47 +56,24 @@ func New(c client.Client, flowType, taskQueue string) *Sessions {
 	return &Sessions{c: c, flowType: flowType, taskQueue: taskQueue}
 }
 
-// StartOption changes how Start starts a session.
-type StartOption func(*startOptions)
-
-type startOptions struct {
-	requestID  string
-	stepSearch engine.StepSearchMode
-	settings   agent.SessionSettings
-}
-
-// WithSettings starts the session with session settings, which its first
-// turn uses. Start refuses settings beyond agent.MaxSessionSettingsBytes
-// before it sends anything.
-func WithSettings(settings agent.SessionSettings) StartOption {
-	return func(o *startOptions) { o.settings = settings }
-}
-
-// WithRequestID names the start call, so a caller that retries Start after
-// an error it cannot judge learns true when its first call started the
-// session. Without it each call has its own random ID.
-func WithRequestID(id string) StartOption {
-	return func(o *startOptions) { o.requestID = id }
-}
-
-// WithoutStepSearch starts a session that never writes the ActiveStepTypes
-// search attribute, for a namespace where it is not registered. Such a
-// session is not found by Waiting.
-func WithoutStepSearch() StartOption {
-	return func(o *startOptions) { o.stepSearch = engine.StepSearchDisabled }
-}
-
 // Start starts a session; a non-blank initial message starts its first turn.
 // It reports false when a session with that ID exists or existed: a session
 // ID is never reused, and the initial message of a refused start is dropped.
+// A retry with the same request ID (WithRequestID) reports true when the
+// first call started the session. When no worker runs the start within
+// ctx, the error is a *PendingError; see Send.
 func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, opts ...StartOption) (bool, error) {
-	o := startOptions{requestID: requestID()}
+	var o startOptions
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyToStart(&o)
 	}
-	in := session.StartInput{RequestID: o.requestID, InitialMessage: initialMessage}
+	requestID, err := resolveRequestID(o.requestID)
+	if err != nil {
+		return false, fmt.Errorf("starting session %s: %w", sessionID, err)
+	}
+	in := session.StartInput{RequestID: requestID, InitialMessage: initialMessage}
 	if o.settings != nil {
-		raw, err := checkedSettings(o.settings)
+		raw, err := contract.CheckedSessionSettings(o.settings)
 		if err != nil {
 			return false, fmt.Errorf("starting session %s: %w", sessionID, err)
 		}
@@ -134,6 +87,7 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 	handle, err := s.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateID:   updateID(engine.UpdateStartSession, requestID),
 			UpdateName: engine.UpdateStartSession, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
@@ -148,44 +102,35 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 	case refused(err), errors.As(err, &exists):
 		return false, nil
 	default:
-		return false, fmt.Errorf("starting session %s: %w", sessionID, err)
+		return false, s.failed(ctx, engine.UpdateStartSession, sessionID, requestID, err)
 	}
-}
-
-func requestID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// SendOption changes how Send sends a message.
-type SendOption func(*engine.SendRequest)
-
-// InPlanMode sends a message that starts a planning turn: the model may only
-// write the plan, which the user then reviews and approves with
-// ExecutePlan. The Agent must enable plan mode.
-func InPlanMode() SendOption {
-	return func(r *engine.SendRequest) { r.PlanMode = true }
 }
 
 // Send queues a user message; it starts a turn when none runs. It reports
 // false for blank text, and for a plan mode message when plan mode is off.
 // While a draft plan exists, every message starts a planning turn that
 // revises it.
+//
+// Like every request, Send reports false only when the session refused the
+// request. When the session has not answered by the time ctx ends, the
+// error is a *PendingError: the request was sent and takes effect, or is
+// refused, when a worker runs it; errors.Is(err, ErrWaitingForWorker) tells
+// that no worker polls the Agent's task queue. Send it again with the
+// PendingError's request ID to learn the outcome.
 func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...SendOption) (bool, error) {
-	req := engine.SendRequest{Text: text}
+	var o sendOptions
 	for _, opt := range opts {
-		opt(&req)
+		opt.applyToSend(&o)
 	}
-	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, req)
+	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, engine.SendRequest{Text: text, PlanMode: o.planMode}, o.requestOptions)
 }
 
 // ExecutePlan approves a plan revision: the session starts a turn that
 // executes it. It reports true only while the session waits for a message,
 // the plan has that revision and is draft or active, no execution of it is
 // pending, and no message is queued or steered.
-func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision int) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateExecutePlan, session.ExecutePlanRequest{Revision: revision})
+func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision int, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateExecutePlan, session.ExecutePlanRequest{Revision: revision}, requestOpts(opts))
 }
 
 // Steer steers the running turn with new text: the turn ends at its next
@@ -193,20 +138,20 @@ func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision i
 // calls not started are rejected) and the text starts the next turn. While
 // no turn runs, the text is queued like Send. It reports false for blank
 // text.
-func (s *Sessions) Steer(ctx context.Context, sessionID, text string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{Text: text})
+func (s *Sessions) Steer(ctx context.Context, sessionID, text string, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{Text: text}, requestOpts(opts))
 }
 
 // SteerQueued steers the running turn with a queued message, by the ID the
 // snapshot lists. It reports false for a message no longer queued.
-func (s *Sessions) SteerQueued(ctx context.Context, sessionID, messageID string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{MessageID: messageID})
+func (s *Sessions) SteerQueued(ctx context.Context, sessionID, messageID string, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{MessageID: messageID}, requestOpts(opts))
 }
 
 // DeleteQueued deletes a queued message. It reports false for a message no
 // longer queued.
-func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: messageID})
+func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: messageID}, requestOpts(opts))
 }
 
 // CancelTurn stops the running turn now, with no new turn: a running model
@@ -214,50 +159,65 @@ func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string
 // tool runs to its end. It reports false when turnID is not the active turn;
 // a second cancel of the same turn reports true. The turn may still
 // complete first, when its answer committed before the cancel.
-func (s *Sessions) CancelTurn(ctx context.Context, sessionID, turnID string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateCancelTurn, session.CancelRequest{TurnID: turnID})
+func (s *Sessions) CancelTurn(ctx context.Context, sessionID, turnID string, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateCancelTurn, session.CancelRequest{TurnID: turnID}, requestOpts(opts))
 }
 
 // Approve approves a pending tool call.
-func (s *Sessions) Approve(ctx context.Context, sessionID, interruptID string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, Approved: true})
+func (s *Sessions) Approve(ctx context.Context, sessionID, interruptID string, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, Approved: true}, requestOpts(opts))
 }
 
 // Reject rejects a pending tool call, with a message the model sees, or
 // declines a pending question.
-func (s *Sessions) Reject(ctx context.Context, sessionID, interruptID, message string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, RejectionMessage: message})
+func (s *Sessions) Reject(ctx context.Context, sessionID, interruptID, message string, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt,
+		session.ResolveRequest{InterruptID: interruptID, RejectionMessage: message}, requestOpts(opts))
 }
 
 // Answer answers a pending question. It reports false for a blank answer,
 // an answer outside the choices, or a question no longer pending.
-func (s *Sessions) Answer(ctx context.Context, sessionID, interruptID, answer string) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: interruptID, Answer: answer})
+func (s *Sessions) Answer(ctx context.Context, sessionID, interruptID, answer string, opts ...RequestOption) (bool, error) {
+	return s.update(ctx, sessionID, engine.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: interruptID, Answer: answer}, requestOpts(opts))
 }
 
 // UpdateSettings replaces the session settings as a whole; empty settings
 // clear them. The next turn starts with them, while a running turn keeps
-// its own. It refuses settings beyond agent.MaxSessionSettingsBytes before it
+// its own. It refuses settings beyond MaxSessionSettingsBytes before it
 // sends anything, and reports false before the session started.
-func (s *Sessions) UpdateSettings(ctx context.Context, sessionID string, settings agent.SessionSettings) (bool, error) {
-	raw, err := checkedSettings(settings)
+func (s *Sessions) UpdateSettings(ctx context.Context, sessionID string, settings SessionSettings, opts ...RequestOption) (bool, error) {
+	raw, err := contract.CheckedSessionSettings(settings)
 	if err != nil {
 		return false, fmt.Errorf("%s on session %s: %w", engine.UpdateSessionSettings, sessionID, err)
 	}
-	return s.update(ctx, sessionID, engine.UpdateSessionSettings, engine.SettingsRequest{Settings: raw})
+	return s.update(ctx, sessionID, engine.UpdateSessionSettings, engine.SettingsRequest{Settings: raw}, requestOpts(opts))
 }
 
-func checkedSettings(settings agent.SessionSettings) (json.RawMessage, error) {
-	if err := agent.ValidateSessionSettings(settings); err != nil {
-		return nil, err
+func requestOpts(opts []RequestOption) requestOptions {
+	var o requestOptions
+	for _, opt := range opts {
+		opt.applyToRequest(&o)
 	}
-	return agent.EncodeSessionSettings(settings)
+	return o
+}
+
+// updateID is the engine's ID of a request. The engine answers a request
+// sent again under the same ID with the first one's outcome; the request's
+// name is part of it, so one request ID on two kinds of request makes two
+// requests.
+func updateID(name, requestID string) string {
+	return name + "/" + requestID
 }
 
 // update runs an RPC; a refusal is false with no error.
-func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any) (bool, error) {
+func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any, o requestOptions) (bool, error) {
+	requestID, err := resolveRequestID(o.requestID)
+	if err != nil {
+		return false, fmt.Errorf("%s on session %s: %w", name, sessionID, err)
+	}
 	handle, err := s.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: sessionID, UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		WorkflowID: sessionID, UpdateID: updateID(name, requestID), UpdateName: name, Args: []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	var ok bool
 	if err == nil {
@@ -267,7 +227,7 @@ func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any) 
 		if refused(err) {
 			return false, nil
 		}
-		return false, fmt.Errorf("%s on session %s: %w", name, sessionID, err)
+		return false, s.failed(ctx, name, sessionID, requestID, err)
 	}
 	return ok, nil
 }
@@ -279,17 +239,22 @@ func refused(err error) bool {
 
 // Snapshot reads a session as a UI shows it.
 func (s *Sessions) Snapshot(ctx context.Context, sessionID string) (Snapshot, error) {
-	var snap Snapshot
-	err := s.query(ctx, sessionID, engine.QuerySnapshot, &snap)
-	return snap, err
+	var snap session.Snapshot
+	if err := s.query(ctx, sessionID, engine.QuerySnapshot, &snap); err != nil {
+		return Snapshot{}, err
+	}
+	return snapshotView(snap), nil
 }
 
 // Messages reads a page of stored messages, oldest first; the limit is
 // clamped to 1..200.
-func (s *Sessions) Messages(ctx context.Context, sessionID string, req ListMessagesRequest) (MessagesPage, error) {
-	var page MessagesPage
-	err := s.query(ctx, sessionID, engine.QueryListMessages, &page, req)
-	return page, err
+func (s *Sessions) Messages(ctx context.Context, sessionID string, req MessagesRequest) (MessagesPage, error) {
+	var page session.MessagesPage
+	if err := s.query(ctx, sessionID, engine.QueryListMessages, &page,
+		session.ListMessagesRequest{BeforeSequence: req.BeforeSequence, Limit: req.Limit}); err != nil {
+		return MessagesPage{}, err
+	}
+	return messagesPageView(page), nil
 }
 
 func (s *Sessions) query(ctx context.Context, sessionID, name string, out any, args ...any) error {
@@ -302,8 +267,8 @@ func (s *Sessions) query(ctx context.Context, sessionID, name string, out any, a
 
 // WaitingSession is a session found waiting in a Step.
 type WaitingSession struct {
-	SessionID string
-	FlowType  string
+	SessionID string `json:"sessionId"`
+	FlowType  string `json:"flowType"`
 }
 
 // Waiting finds the running sessions of every Flow type that wait in a

@@ -3,14 +3,17 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
@@ -127,30 +130,30 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 	s := client.New(c, "Settings", "")
 	ctx := context.Background()
 
-	if ok, err := s.UpdateSettings(ctx, "never-started", agent.SessionSettings{"model": "large"}); ok || err == nil {
+	if ok, err := s.UpdateSettings(ctx, "never-started", client.SessionSettings{"model": "large"}); ok || err == nil {
 		t.Errorf("UpdateSettings of a session that does not exist = %v, %v; want an error", ok, err)
 	}
-	huge := agent.SessionSettings{"note": strings.Repeat("x", agent.MaxSessionSettingsBytes)}
+	huge := client.SessionSettings{"note": strings.Repeat("x", contract.MaxSessionSettingsBytes)}
 	if ok, err := s.Start(ctx, "too-big", "hi", client.WithSettings(huge)); ok || err == nil || !strings.Contains(err.Error(), "more than the limit of 16384") {
 		t.Errorf("Start with oversized settings = %v, %v; want an error naming the limit", ok, err)
 	}
 
-	if ok, err := s.Start(ctx, "s1", "hold", client.WithSettings(agent.SessionSettings{"model": "small"})); !ok || err != nil {
+	if ok, err := s.Start(ctx, "s1", "hold", client.WithSettings(client.SessionSettings{"model": "small"})); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
 	enginetest.Eventually(t, time.Minute, "the approval", func() (bool, error) {
 		snap, err := s.Snapshot(ctx, "s1")
 		return err == nil && len(snap.PendingInterrupts) == 1, err
 	})
-	if ok, err := s.UpdateSettings(ctx, "s1", agent.SessionSettings{"model": "large"}); !ok || err != nil {
+	if ok, err := s.UpdateSettings(ctx, "s1", client.SessionSettings{"model": "large"}); !ok || err != nil {
 		t.Fatalf("UpdateSettings = %v, %v", ok, err)
 	}
 	if ok, err := s.UpdateSettings(ctx, "s1", huge); ok || err == nil {
 		t.Errorf("UpdateSettings with oversized settings = %v, %v; want an error", ok, err)
 	}
 	snap, err := s.Snapshot(ctx, "s1")
-	if err != nil || string(snap.SessionSettings) != `{"model":"large"}` {
-		t.Fatalf("snapshot settings = %s, %v", snap.SessionSettings, err)
+	if err != nil || string(snap.Settings) != `{"model":"large"}` {
+		t.Fatalf("snapshot settings = %s, %v", snap.Settings, err)
 	}
 	if ok, err := s.Approve(ctx, "s1", "h1"); !ok || err != nil {
 		t.Fatalf("Approve = %v, %v", ok, err)
@@ -164,7 +167,7 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 	})
 	var answers []string
 	for _, m := range snap.Messages {
-		if m.Role == agent.RoleAssistant && m.Text != "" {
+		if m.Role == client.RoleAssistant && m.Text != "" {
 			answers = append(answers, m.TurnID+": "+m.Text)
 		}
 	}
@@ -174,7 +177,7 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 
 	// A model the settings name but the worker never built fails the turn
 	// with an error that does not repeat the settings.
-	if ok, err := s.UpdateSettings(ctx, "s1", agent.SessionSettings{"model": "https://evil.example/v1"}); !ok || err != nil {
+	if ok, err := s.UpdateSettings(ctx, "s1", client.SessionSettings{"model": "https://evil.example/v1"}); !ok || err != nil {
 		t.Fatalf("UpdateSettings = %v, %v", ok, err)
 	}
 	if ok, err := s.Send(ctx, "s1", "third"); !ok || err != nil {
@@ -322,7 +325,7 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 	defer w.Stop()
 	s := client.New(c, "Long", "")
 	ctx := context.Background()
-	if ok, err := s.Start(ctx, "s1", "", client.WithSettings(agent.SessionSettings{"tone": "brief"})); !ok || err != nil {
+	if ok, err := s.Start(ctx, "s1", "", client.WithSettings(client.SessionSettings{"tone": "brief"})); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
 	first, err := c.DescribeWorkflow(ctx, "s1", "")
@@ -356,8 +359,8 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 	}
 	// Four turns call a tool (four messages each), the others answer (two).
 	wantMessages := 4*4 + (turns-4)*2
-	if len(snap.Messages) != wantMessages || snap.Usage.ModelCalls != int64(turns+4) || string(snap.SessionSettings) != `{"tone":"brief"}` {
-		t.Errorf("after continuing as new: %d messages (want %d), usage %+v, settings %s", len(snap.Messages), wantMessages, snap.Usage, snap.SessionSettings)
+	if len(snap.Messages) != wantMessages || snap.Usage.ModelCalls != int64(turns+4) || string(snap.Settings) != `{"tone":"brief"}` {
+		t.Errorf("after continuing as new: %d messages (want %d), usage %+v, settings %s", len(snap.Messages), wantMessages, snap.Usage, snap.Settings)
 	}
 	for i, m := range snap.Messages {
 		if m.Sequence != int64(i+1) {
@@ -366,5 +369,119 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 	}
 	if last := snap.Messages[len(snap.Messages)-1]; last.Text != "echo message 11" || last.TurnID != fmt.Sprintf("turn-%d", turns) {
 		t.Errorf("last message = %+v", last)
+	}
+}
+
+// TestARequestSentWhileNoWorkerRunsWaitsAndARetryLearnsItsOutcome sends a
+// start and an approval while no worker runs: each is pending, neither
+// refused nor failed, and waits for a worker. Once one runs, sending each
+// again under its request ID answers the first call's outcome, and the
+// approval took effect once.
+func TestARequestSentWhileNoWorkerRunsWaitsAndARetryLearnsItsOutcome(t *testing.T) {
+	server := enginetest.StartDevServer(t)
+	c := server.Client()
+	var refunds atomic.Int32
+	refund := agent.MustTool("refund_order", "Refunds an order.", agent.EffectNonIdempotentWrite,
+		func(context.Context, agent.ToolContext, struct{}) (string, error) {
+			refunds.Add(1)
+			return "refunded", nil
+		})
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		texts := agent.UserTexts(req)
+		if len(agent.ToolResults(req)) > 0 || !strings.HasPrefix(texts[len(texts)-1], "refund") {
+			return agent.ScriptedReply{Text: "done"}, nil
+		}
+		return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "r1", Name: "refund_order", Arguments: map[string]any{}}}}, nil
+	})
+	startWorker := func() func() {
+		runner, err := loop.New(agent.Definition{Name: "pending", Model: model, Tools: []agent.Tool{refund}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Pending", TaskQueue: client.TaskQueue("Pending"), TaskSlots: 4, Runner: runner})
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return w.Stop
+	}
+	s := client.New(c, "Pending", "")
+	// wait is the caller's wait for an answer: past the time a session's
+	// task may wait for the worker that ran it last.
+	const wait = 15 * time.Second
+	waiting := func(what string, call func(ctx context.Context) (bool, error)) *client.PendingError {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		ok, err := call(ctx)
+		var pending *client.PendingError
+		if ok || !errors.As(err, &pending) || !errors.Is(err, client.ErrWaitingForWorker) {
+			t.Fatalf("%s without a worker = %v, %v; want a PendingError waiting for a worker", what, ok, err)
+		}
+		return pending
+	}
+
+	// A start on a Flow type no worker polls names the task queue.
+	pending := waiting("Start", func(ctx context.Context) (bool, error) {
+		return s.Start(ctx, "s1", "refund please", client.WithRequestID("start-1"))
+	})
+	if pending.RequestID != "start-1" || pending.TaskQueue != "stepwise/Pending" ||
+		!strings.Contains(pending.Error(), "no worker polls task queue stepwise/Pending") ||
+		!strings.Contains(pending.Error(), "send it again with request ID start-1") {
+		t.Errorf("the pending start says %q (request %q, task queue %q)", pending.Error(), pending.RequestID, pending.TaskQueue)
+	}
+
+	stop := startWorker()
+	ctx := context.Background()
+	if ok, err := s.Start(ctx, "s1", "refund please", client.WithRequestID("start-1")); !ok || err != nil {
+		t.Fatalf("Start sent again with its request ID = %v, %v; want true: the first call started the session", ok, err)
+	}
+	enginetest.Eventually(t, time.Minute, "the approval", func() (bool, error) {
+		snap, err := s.Snapshot(ctx, "s1")
+		return err == nil && len(snap.PendingInterrupts) == 1, err
+	})
+	stop()
+
+	// An approval while no worker runs is sent, not refused.
+	pending = waiting("Approve", func(ctx context.Context) (bool, error) {
+		return s.Approve(ctx, "s1", "r1", client.WithRequestID("approve-1"))
+	})
+	if pending.RequestID != "approve-1" || !strings.Contains(pending.Error(), "resolve_interrupt on session s1 was sent and waits for a worker") {
+		t.Errorf("the pending approval says %q", pending.Error())
+	}
+	// Without a request ID the error names the random one it sent.
+	pending = waiting("Send", func(ctx context.Context) (bool, error) { return s.Send(ctx, "s1", "and another") })
+	if len(pending.RequestID) != 32 {
+		t.Errorf("the pending send names request ID %q, want the random one it sent", pending.RequestID)
+	}
+	if n := refunds.Load(); n != 0 {
+		t.Fatalf("refund_order ran %d times without a worker", n)
+	}
+
+	stop = startWorker()
+	defer stop()
+	if ok, err := s.Approve(ctx, "s1", "r1", client.WithRequestID("approve-1")); !ok || err != nil {
+		t.Fatalf("Approve sent again with its request ID = %v, %v; want true", ok, err)
+	}
+	if ok, err := s.Approve(ctx, "s1", "r1", client.WithRequestID("approve-2")); ok || err != nil {
+		t.Errorf("another approval of the same call = %v, %v; want false: it was approved", ok, err)
+	}
+	enginetest.Eventually(t, time.Minute, "the turn and the sent message", func() (bool, error) {
+		snap, err := s.Snapshot(ctx, "s1")
+		return err == nil && snap.State.TurnCount == 2 && snap.State.ActiveTurnID == "", err
+	})
+	if n := refunds.Load(); n != 1 {
+		t.Errorf("refund_order ran %d times, want once", n)
+	}
+}
+
+// TestABadRequestIDIsRefusedBeforeAnythingIsSent needs no engine: a blank
+// request ID is refused by name.
+func TestABadRequestIDIsRefusedBeforeAnythingIsSent(t *testing.T) {
+	s := client.New(nil, "F", "")
+	for _, id := range []string{" ", strings.Repeat("x", 201)} {
+		if ok, err := s.Approve(context.Background(), "s1", "r1", client.WithRequestID(id)); ok || err == nil ||
+			!strings.Contains(err.Error(), "a request ID must not be blank and must be at most 200 bytes") {
+			t.Errorf("Approve with request ID %q = %v, %v; want an error naming the request ID", id, ok, err)
+		}
 	}
 }

@@ -167,10 +167,10 @@ func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error)
 	return def, def.Validate()
 }
 
-// Timings are the engine's Step limits for a configuration and definition:
+// timings are the engine's Step limits for a configuration and definition:
 // the defaults, the configured heartbeat timeout, and the definition's
 // RunModel limit.
-func Timings(cfg workerconfig.Config, def agent.Definition) engine.Timings {
+func timings(cfg workerconfig.Config, def agent.Definition) engine.Timings {
 	t := engine.DefaultTimings()
 	if hb := cfg.Engine.StepHeartbeatTimeout.Duration; hb > 0 {
 		t.Heartbeat = hb
@@ -297,14 +297,14 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		capacity = 10 << 20
 	}
 	ring := events.NewRing(capacity)
-	timings := Timings(cfg, def)
+	stepTimings := timings(cfg, def)
 	stopTimeout := opts.StopTimeout
 	if stopTimeout == 0 {
 		stopTimeout = DefaultStopTimeout
 	}
 	w := engine.NewWorker(c, engine.WorkerOptions{
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
-		Runner: runner, Events: ring, Timings: timings, PlanMode: def.PlanModeEnabled,
+		Runner: runner, Events: ring, Timings: stepTimings, PlanMode: def.PlanModeEnabled,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout},
 	})
 

@@ -27,6 +27,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/events"
@@ -156,7 +157,7 @@ func TestDefinitionFillsDefaultsForOmittedFields(t *testing.T) {
 	if def.DefaultToolEffect != agent.EffectUnclassified {
 		t.Errorf("DefaultToolEffect = %q, want unclassified", def.DefaultToolEffect)
 	}
-	if def.MaxModelCallsPerTurn != agent.DefaultMaxModelCallsPerTurn || def.MaxDurableWait != agent.DefaultMaxDurableWait {
+	if def.MaxModelCallsPerTurn != contract.DefaultMaxModelCallsPerTurn || def.MaxDurableWait != contract.DefaultMaxDurableWait {
 		t.Errorf("limits = %d calls, wait %s; want the defaults", def.MaxModelCallsPerTurn, def.MaxDurableWait)
 	}
 	if def.InterruptDeadline != 0 || def.ToolPolicies != nil || def.BuiltInTools != nil {
@@ -822,12 +823,12 @@ func TestAWorkersOwnModelClientWinsOverTheBuiltInOnes(t *testing.T) {
 
 func TestTimingsFollowTheHeartbeatAndTheRunModelLimit(t *testing.T) {
 	cfg := workerconfig.Config{}
-	if got := Timings(cfg, agent.Definition{}); got != engine.DefaultTimings() {
+	if got := timings(cfg, agent.Definition{}); got != engine.DefaultTimings() {
 		t.Errorf("Timings without settings = %+v, want the defaults", got)
 	}
 	cfg.Engine.StepHeartbeatTimeout.Duration = 5 * time.Second
 	def := agent.Definition{RunModelLimit: &agent.StepLimit{AttemptTimeout: time.Minute, MaxAttempts: 5, Within: time.Hour}}
-	got := Timings(cfg, def)
+	got := timings(cfg, def)
 	if got.Heartbeat != 5*time.Second || got.ModelAttempt != time.Minute || got.ModelAttempts != 5 || got.ModelWithin != time.Hour {
 		t.Errorf("Timings = %+v", got)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -163,7 +164,7 @@ func createdTask(res *mcp.CallToolResult) (*Task, bool) {
 func nextPollInterval(previous time.Duration, t *Task) time.Duration {
 	server := time.Second
 	if t != nil && t.PollIntervalMs != nil {
-		server = agent.TaskPollInterval(time.Duration(*t.PollIntervalMs) * time.Millisecond)
+		server = contract.TaskPollInterval(time.Duration(*t.PollIntervalMs) * time.Millisecond)
 	}
 	if previous <= 0 {
 		return server
