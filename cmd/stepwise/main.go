@@ -53,8 +53,8 @@ Exit statuses:
   4  the request was sent but not answered yet (prints pending): no worker of the
      Flow type ran it in time; it takes effect, or is refused, when one does.
      Run the command again with --request-id <id> (the ID it printed) to learn
-     the outcome: a request the session already ran answers as it did then
-     (see the README for the one exception, a session that continued as new).
+     the outcome: a request the session already accepted answers true again
+     and changes nothing.
 
 Flags:
 `

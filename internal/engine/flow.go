@@ -227,25 +227,25 @@ func (r *run) register() error {
 				return nil
 			}},
 		{UpdateSendUserMessage,
-			func(ctx workflow.Context, req SendRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req SendRequest) (bool, error) {
 				if _, err := s.Send(req); err != nil {
 					return false, rejected(err)
 				}
 				return true, nil
-			},
-			func(ctx workflow.Context, req SendRequest) error { return rejected(s.CheckSend(req)) }},
+			}),
+			validateOnce(s, func(ctx workflow.Context, req SendRequest) error { return rejected(s.CheckSend(req)) })},
 		{UpdateExecutePlan,
-			func(ctx workflow.Context, req session.ExecutePlanRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req session.ExecutePlanRequest) (bool, error) {
 				if err := s.ExecutePlan(req); err != nil {
 					return false, rejected(err)
 				}
 				return true, nil
-			},
-			func(ctx workflow.Context, req session.ExecutePlanRequest) error {
+			}),
+			validateOnce(s, func(ctx workflow.Context, req session.ExecutePlanRequest) error {
 				return rejected(s.CheckExecutePlan(req))
-			}},
+			})},
 		{UpdateResolveInterrupt,
-			func(ctx workflow.Context, req session.ResolveRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req session.ResolveRequest) (bool, error) {
 				// A decline ends a question's wait, not an approval's.
 				in, _ := s.Interrupt(req.InterruptID)
 				step := session.StepAwaitToolApproval
@@ -258,12 +258,12 @@ func (r *run) register() error {
 				}
 				r.emit(waitStepID(step, in.TurnID, in.ToolCallID), events)
 				return true, nil
-			},
-			func(ctx workflow.Context, req session.ResolveRequest) error {
+			}),
+			validateOnce(s, func(ctx workflow.Context, req session.ResolveRequest) error {
 				return rejected(s.CheckResolve(req, workflow.Now(ctx)))
-			}},
+			})},
 		{UpdateAnswerQuestion,
-			func(ctx workflow.Context, req session.AnswerRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req session.AnswerRequest) (bool, error) {
 				in, _ := s.Interrupt(req.InterruptID)
 				events, err := s.Answer(req, workflow.Now(ctx))
 				if err != nil {
@@ -271,12 +271,12 @@ func (r *run) register() error {
 				}
 				r.emit(waitStepID(session.StepAwaitQuestionAnswer, in.TurnID, in.ToolCallID), events)
 				return true, nil
-			},
-			func(ctx workflow.Context, req session.AnswerRequest) error {
+			}),
+			validateOnce(s, func(ctx workflow.Context, req session.AnswerRequest) error {
 				return rejected(s.CheckAnswer(req, workflow.Now(ctx)))
-			}},
+			})},
 		{UpdateSteerUserMessage,
-			func(ctx workflow.Context, req session.SteerRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req session.SteerRequest) (bool, error) {
 				turnID := r.activeTurnID()
 				events, err := s.Steer(req, workflow.Now(ctx))
 				if err != nil {
@@ -284,18 +284,18 @@ func (r *run) register() error {
 				}
 				r.emit(rpcStepID(UpdateSteerUserMessage, turnID), events)
 				return true, nil
-			},
-			func(ctx workflow.Context, req session.SteerRequest) error { return rejected(s.CheckSteer(req)) }},
+			}),
+			validateOnce(s, func(ctx workflow.Context, req session.SteerRequest) error { return rejected(s.CheckSteer(req)) })},
 		{UpdateDeleteQueuedMessage,
-			func(ctx workflow.Context, req session.DeleteRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req session.DeleteRequest) (bool, error) {
 				if err := s.DeleteQueued(req); err != nil {
 					return false, rejected(err)
 				}
 				return true, nil
-			},
-			func(ctx workflow.Context, req session.DeleteRequest) error { return rejected(s.CheckDelete(req)) }},
+			}),
+			validateOnce(s, func(ctx workflow.Context, req session.DeleteRequest) error { return rejected(s.CheckDelete(req)) })},
 		{UpdateCancelTurn,
-			func(ctx workflow.Context, req session.CancelRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req session.CancelRequest) (bool, error) {
 				events, err := s.CancelTurn(req, workflow.Now(ctx))
 				if err != nil {
 					return false, rejected(err)
@@ -306,18 +306,18 @@ func (r *run) register() error {
 				}
 				r.emit(rpcStepID(UpdateCancelTurn, req.TurnID), events)
 				return true, nil
-			},
-			func(ctx workflow.Context, req session.CancelRequest) error { return rejected(s.CheckCancel(req)) }},
+			}),
+			validateOnce(s, func(ctx workflow.Context, req session.CancelRequest) error { return rejected(s.CheckCancel(req)) })},
 		{UpdateSessionSettings,
-			func(ctx workflow.Context, req SettingsRequest) (bool, error) {
+			answerOnce(s, func(ctx workflow.Context, req SettingsRequest) (bool, error) {
 				if err := s.UpdateSettings(req.Settings); err != nil {
 					return false, rejected(err)
 				}
 				return true, nil
-			},
-			func(ctx workflow.Context, req SettingsRequest) error {
+			}),
+			validateOnce(s, func(ctx workflow.Context, req SettingsRequest) error {
 				return rejected(s.CheckSettingsUpdate(req.Settings))
-			}},
+			})},
 	}
 	for _, h := range handlers {
 		opts := workflow.UpdateHandlerOptions{Validator: h.validator}
@@ -326,6 +326,44 @@ func (r *run) register() error {
 		}
 	}
 	return nil
+}
+
+// answerOnce makes an update handler answer a request the session already
+// accepted with true again, changing nothing, and remember the requests it
+// accepts. A request's ID is its update ID, which the client derives from
+// the caller's request ID; the engine deduplicates update IDs within one
+// run, and the session's own record carries them into the next.
+func answerOnce[T any](s *session.State, handle func(workflow.Context, T) (bool, error)) func(workflow.Context, T) (bool, error) {
+	return func(ctx workflow.Context, req T) (bool, error) {
+		id := requestID(ctx)
+		if s.Accepted(id) {
+			return true, nil
+		}
+		ok, err := handle(ctx, req)
+		if ok && err == nil {
+			s.RecordAccepted(id)
+		}
+		return ok, err
+	}
+}
+
+// validateOnce lets a request the session already accepted through to its
+// handler, which answers it as it did the first time.
+func validateOnce[T any](s *session.State, validate func(workflow.Context, T) error) func(workflow.Context, T) error {
+	return func(ctx workflow.Context, req T) error {
+		if s.Accepted(requestID(ctx)) {
+			return nil
+		}
+		return validate(ctx, req)
+	}
+}
+
+// requestID is the ID of the update being handled.
+func requestID(ctx workflow.Context) string {
+	if info := workflow.GetCurrentUpdateInfo(ctx); info != nil {
+		return info.ID
+	}
+	return ""
 }
 
 // runTurn runs the active turn to its end: model calls, and the tool calls

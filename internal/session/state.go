@@ -55,6 +55,11 @@ type State struct {
 	// PendingPlanExecution is the plan revision execute_plan approved and
 	// no turn has started yet; zero when none.
 	PendingPlanExecution int `json:"pendingPlanExecution,omitempty"`
+	// AcceptedRequests are the IDs of the newest requests the session
+	// accepted, oldest first, at most MaxAcceptedRequests. They travel
+	// with the state into a new run, so a request sent again after the
+	// session continued as new is still the same request.
+	AcceptedRequests []string `json:"acceptedRequests,omitempty"`
 	// PlanModeEnabled says whether messages may ask for a planning turn. It
 	// is the worker's configuration, set by the engine binding on every run,
 	// not session state, so only validators read it: a validator runs when

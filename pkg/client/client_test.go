@@ -485,3 +485,102 @@ func TestABadRequestIDIsRefusedBeforeAnythingIsSent(t *testing.T) {
 		}
 	}
 }
+
+// TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest: the
+// engine forgets update IDs when a session continues in a new run, so the
+// session remembers the requests it accepted: a message and an approval
+// sent again under their request IDs answer true and change nothing.
+func TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest(t *testing.T) {
+	server := enginetest.StartDevServer(t)
+	c := server.Client()
+	var refunds atomic.Int32
+	refund := agent.MustTool("refund_order", "Refunds an order.", agent.EffectNonIdempotentWrite,
+		func(context.Context, agent.ToolContext, struct{}) (string, error) {
+			refunds.Add(1)
+			return "refunded", nil
+		})
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		texts := agent.UserTexts(req)
+		if len(agent.ToolResults(req)) > 0 || !strings.HasPrefix(texts[len(texts)-1], "refund") {
+			return agent.ScriptedReply{Text: "echo " + texts[len(texts)-1]}, nil
+		}
+		return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "r1", Name: "refund_order", Arguments: map[string]any{}}}}, nil
+	})
+	runner, err := loop.New(agent.Definition{Name: "again", Model: model, Tools: []agent.Tool{refund}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Again", TaskQueue: client.TaskQueue("Again"), TaskSlots: 4, Runner: runner,
+		HistoryBudget: engine.HistoryBudget{Events: 40, Bytes: 1 << 20}})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	s := client.New(c, "Again", "")
+	ctx := context.Background()
+	turnDone := func(turns int) {
+		t.Helper()
+		enginetest.Eventually(t, time.Minute, fmt.Sprintf("turn %d", turns), func() (bool, error) {
+			snap, err := s.Snapshot(ctx, "s1")
+			return err == nil && snap.State.TurnCount == turns && snap.State.ActiveTurnID == "", err
+		})
+	}
+	runID := func() string {
+		d, err := c.DescribeWorkflow(ctx, "s1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	if ok, err := s.Start(ctx, "s1", "refund order 7"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	enginetest.Eventually(t, time.Minute, "the approval", func() (bool, error) {
+		snap, err := s.Snapshot(ctx, "s1")
+		return err == nil && len(snap.PendingInterrupts) == 1, err
+	})
+	if ok, err := s.Approve(ctx, "s1", "r1", client.WithRequestID("approve-1")); !ok || err != nil {
+		t.Fatalf("Approve = %v, %v", ok, err)
+	}
+	turnDone(1)
+	if ok, err := s.Send(ctx, "s1", "only once", client.WithRequestID("send-1")); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	turnDone(2)
+	first := runID()
+	turns := 2
+	for runID() == first {
+		if turns > 30 {
+			t.Fatal("the session never continued as new")
+		}
+		if ok, err := s.Send(ctx, "s1", fmt.Sprintf("filler %d", turns)); !ok || err != nil {
+			t.Fatalf("Send = %v, %v", ok, err)
+		}
+		turns++
+		turnDone(turns)
+	}
+
+	if ok, err := s.Send(ctx, "s1", "only once", client.WithRequestID("send-1")); !ok || err != nil {
+		t.Errorf("the message sent again in a new run = %v, %v; want true, as the first time", ok, err)
+	}
+	if ok, err := s.Approve(ctx, "s1", "r1", client.WithRequestID("approve-1")); !ok || err != nil {
+		t.Errorf("the approval sent again in a new run = %v, %v; want true, as the first time", ok, err)
+	}
+	if ok, err := s.Send(ctx, "s1", "the last one"); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	turnDone(turns + 1)
+	snap, err := s.Snapshot(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for _, m := range snap.Messages {
+		if m.Role == client.RoleUser && m.Text == "only once" {
+			sent++
+		}
+	}
+	if sent != 1 || refunds.Load() != 1 {
+		t.Errorf("the message was stored %d times and the refund ran %d times; want each once", sent, refunds.Load())
+	}
+}

@@ -27,10 +27,10 @@ var ErrWaitingForWorker = errors.New("the request waits for a worker")
 //
 // The engine keeps a sent request that no worker took yet in memory, so a
 // restart of the engine's servers may lose it; sending it again with its
-// request ID sends it once more if it was lost. The engine remembers the
-// IDs of the requests a session ran until the session continues as new (a
-// new run of its workflow, when its history grows long): a request sent
-// again after that runs again, and is refused when it no longer applies.
+// request ID sends it once more if it was lost. The session remembers the
+// newest 128 requests it accepted, across its runs, so a request it
+// accepted answers true again however late it is sent again; a request it
+// refused is judged anew.
 type PendingError struct {
 	// Request is the request's name, such as resolve_interrupt.
 	Request   string
