@@ -110,8 +110,8 @@ type SettingsRequest struct {
 type SendRequest = session.SendRequest
 
 // Timings are the Step timeouts and retry limits. The defaults are the
-// seed's; a shorter heartbeat timeout finds a dead worker sooner at the cost
-// of more heartbeats.
+// Step definitions'; a shorter heartbeat timeout finds a dead worker sooner
+// at the cost of more heartbeats.
 type Timings struct {
 	// ModelAttempt bounds one RunModel attempt.
 	ModelAttempt time.Duration
@@ -134,8 +134,8 @@ type Timings struct {
 	RetryInterval time.Duration
 }
 
-// DefaultTimings are the seed's Step limits, read from the Step definitions
-// the published Flow graph shows, so the graph and the engine never differ.
+// DefaultTimings are the Step limits, read from the Step definitions the
+// published Flow graph shows, so the graph and the engine never differ.
 func DefaultTimings() Timings {
 	model, _ := session.Step(session.StepRunModel)
 	tool, _ := session.Step(session.StepCallTool)

@@ -20,8 +20,8 @@ type sourceTool struct {
 
 // storedReference is how a call of a listed tool names its source and the
 // source's own reference, so the tool Step reaches that source on any
-// worker whatever the order of the sources. The key names are kept from
-// the seed's wire format.
+// worker whatever the order of the sources. The key names are part of
+// stored state and never change.
 type storedReference struct {
 	Source    string `json:"stepwise_tool_source"`
 	Reference string `json:"reference"`
@@ -124,7 +124,8 @@ collect:
 }
 
 // checkListedName refuses a listed name that repeats a function tool, an
-// enabled built-in, or another source's tool, with the seed's errors.
+// enabled built-in, or another source's tool, with an error that names
+// both.
 func checkListedName(name string, def agent.Definition, builtIns map[string]bool, owner map[string]string) error {
 	if builtIns[name] {
 		return fmt.Errorf("tool %s uses the name of an enabled built-in tool", name)

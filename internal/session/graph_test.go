@@ -97,7 +97,7 @@ func checkGraph(t *testing.T, g FlowGraph) {
 	}
 }
 
-func TestGraphFollowsTheSeedsStepOptions(t *testing.T) {
+func TestGraphShowsEachStepsTimeoutsAndAttempts(t *testing.T) {
 	tests := []struct {
 		step                              StepName
 		attempts                          int

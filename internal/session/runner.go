@@ -200,7 +200,8 @@ type Event struct {
 // EventType names an event.
 type EventType string
 
-// Event types, as the seed's event table names them.
+// Event types. Their names are what UIs and the event hub read, so they
+// never change.
 const (
 	EventTurnStarted          EventType = "turn_started"
 	EventTurnCompleted        EventType = "turn_completed"

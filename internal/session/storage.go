@@ -4,8 +4,8 @@ import (
 	"slices"
 )
 
-// Message storage, the seed's defaults: the newest messages are the window;
-// older ones move into immutable chunks, which retention deletes whole.
+// Message storage: the newest messages are the window; older ones move
+// into immutable chunks, which retention deletes whole.
 const (
 	MessageWindowSize    = 64
 	MessageChunkSize     = 32

@@ -50,7 +50,8 @@ func (e *CallInterruptedError) Error() string {
 func (e *CallInterruptedError) Unwrap() error { return e.Cause }
 
 // callTool sends one tools/call over a new connection and maps the answer
-// onto the seed's table of outcomes.
+// onto the outcomes a call records: succeeded, failed, outcome unknown, or
+// an interruption the tool Step retries by the call's effect.
 func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpName string, tool agent.SourceCall) (string, error) {
 	var args map[string]any
 	if err := json.Unmarshal([]byte(tool.Arguments), &args); err != nil {

@@ -54,7 +54,7 @@ type ListedTool struct {
 	Annotations Annotations     `json:"annotations"`
 }
 
-// Listing defaults, the seed's.
+// Listing defaults, used where a ToolSource sets none.
 const (
 	DefaultListingTTL        = 5 * time.Minute
 	DefaultConnectionTimeout = 30 * time.Second

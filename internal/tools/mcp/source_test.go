@@ -126,7 +126,7 @@ func call(t *testing.T, src *Source, tools map[string]agent.SourceTool, name str
 	return src.CallTool(context.Background(), ctx, agent.SourceCall{Name: name, Reference: tool.Reference, Arguments: `{"note":"x","amount":5}`})
 }
 
-func TestACallFollowsTheSeedsTableOfOutcomes(t *testing.T) {
+func TestACallMapsEachAnswerToItsOutcome(t *testing.T) {
 	src, ledger := ledgerSource(t, true)
 	tools := listed(t, src, agent.SourcePolicies{})
 	const (

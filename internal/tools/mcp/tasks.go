@@ -40,7 +40,8 @@ const (
 // TaskStatusEvent is the session event of a task whose status changed.
 const TaskStatusEvent = "mcp.task_status"
 
-// Task timing, as the seed sets it.
+// Task timing: how long a stdio server's task is polled inside its call by
+// default, and the longest wait between two polls.
 const (
 	DefaultTaskWaitTimeout = 10 * time.Minute
 	maxTaskPollInterval    = time.Minute
