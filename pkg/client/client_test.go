@@ -372,6 +372,25 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 	}
 }
 
+// refundAgent is a refund_order tool that counts its runs, and a model that
+// calls it, as call r1, for a message starting "refund" and echoes the
+// last message otherwise.
+func refundAgent(refunds *atomic.Int32) (agent.Tool, *agent.ScriptedModel) {
+	refund := agent.MustTool("refund_order", "Refunds an order.", agent.EffectNonIdempotentWrite,
+		func(context.Context, agent.ToolContext, struct{}) (string, error) {
+			refunds.Add(1)
+			return "refunded", nil
+		})
+	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		texts := agent.UserTexts(req)
+		if len(agent.ToolResults(req)) > 0 || !strings.HasPrefix(texts[len(texts)-1], "refund") {
+			return agent.ScriptedReply{Text: "echo " + texts[len(texts)-1]}, nil
+		}
+		return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "r1", Name: "refund_order", Arguments: map[string]any{}}}}, nil
+	})
+	return refund, model
+}
+
 // TestARequestSentWhileNoWorkerRunsWaitsAndARetryLearnsItsOutcome sends a
 // start and an approval while no worker runs: each is pending, neither
 // refused nor failed, and waits for a worker. Once one runs, sending each
@@ -381,18 +400,7 @@ func TestARequestSentWhileNoWorkerRunsWaitsAndARetryLearnsItsOutcome(t *testing.
 	server := enginetest.StartDevServer(t)
 	c := server.Client()
 	var refunds atomic.Int32
-	refund := agent.MustTool("refund_order", "Refunds an order.", agent.EffectNonIdempotentWrite,
-		func(context.Context, agent.ToolContext, struct{}) (string, error) {
-			refunds.Add(1)
-			return "refunded", nil
-		})
-	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
-		texts := agent.UserTexts(req)
-		if len(agent.ToolResults(req)) > 0 || !strings.HasPrefix(texts[len(texts)-1], "refund") {
-			return agent.ScriptedReply{Text: "done"}, nil
-		}
-		return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "r1", Name: "refund_order", Arguments: map[string]any{}}}}, nil
-	})
+	refund, model := refundAgent(&refunds)
 	startWorker := func() func() {
 		runner, err := loop.New(agent.Definition{Name: "pending", Model: model, Tools: []agent.Tool{refund}})
 		if err != nil {
@@ -494,18 +502,7 @@ func TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest(t *testi
 	server := enginetest.StartDevServer(t)
 	c := server.Client()
 	var refunds atomic.Int32
-	refund := agent.MustTool("refund_order", "Refunds an order.", agent.EffectNonIdempotentWrite,
-		func(context.Context, agent.ToolContext, struct{}) (string, error) {
-			refunds.Add(1)
-			return "refunded", nil
-		})
-	model := agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
-		texts := agent.UserTexts(req)
-		if len(agent.ToolResults(req)) > 0 || !strings.HasPrefix(texts[len(texts)-1], "refund") {
-			return agent.ScriptedReply{Text: "echo " + texts[len(texts)-1]}, nil
-		}
-		return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "r1", Name: "refund_order", Arguments: map[string]any{}}}}, nil
-	})
+	refund, model := refundAgent(&refunds)
 	runner, err := loop.New(agent.Definition{Name: "again", Model: model, Tools: []agent.Tool{refund}})
 	if err != nil {
 		t.Fatal(err)
