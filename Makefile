@@ -100,6 +100,30 @@ run: build envtest temporal ## Run the local default: API server, Temporal, oper
 	go run ./hack/local --assets $(ENVTEST_ASSETS) --temporal $(TEMPORAL) --manager $(BIN)/manager \
 		--worker $(BIN)/support-worker --samples config/samples
 
+##@ The test cluster
+
+.PHONY: run-cluster
+run-cluster: cluster-tools images helm temporal ## The local default's demo on real pods: a single-node cluster, the chart, the samples, the demo session; then stop it all.
+	go run ./hack/cluster demo $(CLUSTER_ARGS) --helm $(HELM) --temporal $(TEMPORAL) \
+		--registry $(REGISTRY) --version $(VERSION) $(BIN)/images/*.tar
+
+CLUSTER_DIR ?= /tmp/stepwise-cluster
+CLUSTER_ARGS = --kube-bin $(KUBE_DIR) --etcd $(ETCD_DIR)/etcd --sandbox-image $(REGISTRY)/pause:$(VERSION)
+
+.PHONY: cluster
+cluster: cluster-tools images ## Start a single-node Kubernetes cluster on this host (root; Debian's containerd, runc, CNI plugins) with the images imported; it keeps running.
+	go run ./hack/cluster up --dir $(CLUSTER_DIR) $(CLUSTER_ARGS) $(BIN)/images/*.tar
+
+.PHONY: cluster-down
+cluster-down: ## Stop the cluster make cluster started and restore what it changed on the host.
+	go run ./hack/cluster down --dir $(CLUSTER_DIR)
+
+.PHONY: e2e
+e2e: cluster-tools images helm temporal ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods.
+	STEPWISE_E2E_KUBE_BIN=$(KUBE_DIR) STEPWISE_E2E_ETCD=$(ETCD_DIR)/etcd STEPWISE_E2E_IMAGES=$(BIN)/images \
+	STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION) STEPWISE_HELM=$(HELM) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) \
+		go test -count=1 -v -timeout 40m ./test/e2e/
+
 ##@ Tools
 
 .PHONY: envtest
@@ -112,11 +136,29 @@ $(ENVTEST_ASSETS)/.ready: $(KUBE_DIR)/.built $(ETCD_DIR)/.built
 	ln -sfn $(ETCD_DIR)/etcd $(ENVTEST_ASSETS)/etcd
 	touch $@
 
-# kube-apiserver and kubectl come from source: release downloads are not
-# reachable from every build machine. This takes several minutes, once.
+# Kubernetes comes from source: release downloads are not reachable from
+# every build machine. Linked with its version, which a build from the module
+# would otherwise report as v0.0.0-master.
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=v.%))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 3,$(subst ., ,$(KUBE_VERSION:v%=v.%))) \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
+
+# kube-apiserver and kubectl take several minutes to build, once.
 $(KUBE_DIR)/.built:
 	mkdir -p $(KUBE_DIR)
-	cd hack/tools/kube && go build -o $(KUBE_DIR)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	cd hack/tools/kube && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $(KUBE_DIR)/ \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	touch $@
+
+.PHONY: cluster-tools
+cluster-tools: $(KUBE_DIR)/.cluster-built $(KUBE_DIR)/.built $(ETCD_DIR)/.built ## Build the kubelet, kube-controller-manager and kube-scheduler the test cluster runs into bin/.
+
+# The kubelet alone takes about five minutes and 2 GB, once.
+$(KUBE_DIR)/.cluster-built:
+	mkdir -p $(KUBE_DIR)
+	cd hack/tools/kube && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $(KUBE_DIR)/ \
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 	touch $@
 
 $(ETCD_DIR)/.built:

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	temporalclient "go.temporal.io/sdk/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/demo"
 	"github.com/stepwise-run/stepwise/internal/render"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -103,77 +103,12 @@ func startWorker(c client.Client, agent *agentsv1.Agent, binary, workDir string)
 	return nil, errors.New("the worker was not ready within 30s")
 }
 
-// runDemoSession drives one session through the client: a turn that looks
-// an order up and asks to refund it, the approval, and the reply.
+// runDemoSession drives the demo session through the client: a turn that
+// looks an order up and asks to refund it, the approval, and the reply.
 func runDemoSession(out io.Writer, c temporalclient.Client, agent *agentsv1.Agent) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := sessions.New(c, agent.Spec.FlowType, agent.Status.TaskQueue)
-	const id = "demo-session"
-	step(out, "starting session %s: %q", id, "Please refund order 7")
-	if ok, err := s.Start(ctx, id, "Please refund order 7"); err != nil || !ok {
-		return fmt.Errorf("starting the demo session: started=%v: %w", ok, err)
-	}
-	var interrupt sessions.Interrupt
-	if err := poll(ctx, func() (bool, error) {
-		snap, err := s.Snapshot(ctx, id)
-		if err != nil || len(snap.PendingInterrupts) == 0 {
-			return false, err
-		}
-		interrupt = snap.PendingInterrupts[0]
-		return true, nil
-	}); err != nil {
-		return fmt.Errorf("waiting for the approval: %w", err)
-	}
-	fmt.Fprintf(out, "the session waits for approval of %s %s (interrupt %s)\n", interrupt.ToolName, interrupt.Arguments, interrupt.ID)
-	if err := poll(ctx, func() (bool, error) {
-		found, err := sessions.Waiting(ctx, c, "default", sessions.StepAwaitToolApproval)
-		for _, w := range found {
-			if w.SessionID == id {
-				fmt.Fprintf(out, "found waiting for a person: %s %s in %s\n", w.FlowType, w.SessionID, sessions.StepAwaitToolApproval)
-				return true, nil
-			}
-		}
-		return false, err
-	}); err != nil {
-		return fmt.Errorf("searching for sessions waiting for approval: %w", err)
-	}
-	step(out, "approving %s", interrupt.ID)
-	if ok, err := s.Approve(ctx, id, interrupt.ID); err != nil || !ok {
-		return fmt.Errorf("approving: ok=%v: %w", ok, err)
-	}
-	var snap sessions.Snapshot
-	if err := poll(ctx, func() (bool, error) {
-		var err error
-		snap, err = s.Snapshot(ctx, id)
-		return err == nil && snap.State != nil && snap.State.ActiveTurnID == "" && len(snap.Messages) > 1, err
-	}); err != nil {
-		return fmt.Errorf("waiting for the reply: %w", err)
-	}
-	step(out, "the session's messages")
-	for _, m := range snap.Messages {
-		text := m.Text
-		for _, call := range m.ToolCalls {
-			text = strings.TrimSpace(text + fmt.Sprintf(" [calls %s %s]", call.Name, call.Arguments))
-		}
-		fmt.Fprintf(out, "  %3d %-9s %s\n", m.Sequence, m.Role, text)
-	}
-	fmt.Fprintf(out, "usage: %d model calls, %d input and %d output tokens\n", snap.Usage.ModelCalls, snap.Usage.InputTokens, snap.Usage.OutputTokens)
-	return nil
-}
-
-func poll(ctx context.Context, cond func() (bool, error)) error {
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	_, err := demo.Refund(ctx, out, c, "default", s, demo.SessionID, "Please refund order 7", true)
+	return err
 }

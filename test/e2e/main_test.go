@@ -1,0 +1,195 @@
+// Package e2e runs the operator for real: images imported into a
+// single-node cluster (internal/testcluster), the Helm chart installing the
+// operator, the samples applied, worker pods running sessions on a Temporal
+// dev server the pods reach over the cluster's bridge. `make e2e` (part of
+// `make test`) builds what it needs and sets its environment; without that
+// environment the suite is skipped.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/testsuite"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/devserver"
+	"github.com/stepwise-run/stepwise/internal/testcluster"
+)
+
+// env is the suite's environment, set by make e2e.
+type env struct {
+	kubeBin, etcd, images, helm, temporal string
+	registry, version                     string
+}
+
+// The suite's shared parts, set up once by TestMain.
+var (
+	cfg     env
+	cluster *testcluster.Cluster
+	engine  *testsuite.DevServer
+	kube    client.Client
+	core    *kubernetes.Clientset
+)
+
+func TestMain(m *testing.M) {
+	cfg = env{
+		kubeBin:  os.Getenv("STEPWISE_E2E_KUBE_BIN"),
+		etcd:     os.Getenv("STEPWISE_E2E_ETCD"),
+		images:   os.Getenv("STEPWISE_E2E_IMAGES"),
+		helm:     os.Getenv("STEPWISE_HELM"),
+		temporal: os.Getenv("STEPWISE_TEMPORAL_CLI"),
+		registry: os.Getenv("STEPWISE_E2E_REGISTRY"),
+		version:  os.Getenv("STEPWISE_E2E_VERSION"),
+	}
+	if cfg.kubeBin == "" || cfg.etcd == "" || cfg.images == "" || cfg.helm == "" || cfg.temporal == "" || cfg.registry == "" || cfg.version == "" {
+		fmt.Println("skipping the end-to-end suite: run it with make e2e, which builds the cluster's binaries, the images and Helm")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "stepwise-e2e-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	archives, err := filepath.Glob(filepath.Join(cfg.images, "*.tar"))
+	if err != nil || len(archives) == 0 {
+		fmt.Printf("no image archives in %s: %v\n", cfg.images, err)
+		return 1
+	}
+	logf := func(format string, args ...any) { fmt.Printf("e2e: "+format+"\n", args...) }
+	cluster, err = testcluster.Start(ctx, testcluster.Options{
+		Dir: dir, KubeBin: cfg.kubeBin, Etcd: cfg.etcd, Images: archives,
+		SandboxImage: image("pause"), Log: logf,
+	})
+	if err != nil {
+		fmt.Println("starting the test cluster:", err)
+		return 1
+	}
+	code := 0
+	defer func() {
+		logf("stopping the cluster")
+		if err := cluster.Stop(); err != nil {
+			fmt.Println("stopping the test cluster:", err)
+			code = 1
+		}
+		diffs, err := cluster.Host.Differences()
+		if err != nil || len(diffs) > 0 {
+			fmt.Printf("the stopped cluster left the host changed: %v\n%s\n", err, strings.Join(diffs, "\n"))
+			code = 1
+		}
+		if code == 0 {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Println("the cluster's logs are in", filepath.Join(dir, "logs"))
+		}
+	}()
+
+	// Pods reach the engine on the bridge, where only this host listens.
+	port, err := freePort()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	engine, err = devserver.StartAt(ctx, cfg.temporal, net.JoinHostPort(testcluster.GatewayIP, fmt.Sprint(port)))
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer func() { _ = engine.Stop() }()
+
+	rest, err := cluster.RESTConfig()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if kube, err = client.New(rest, client.Options{Scheme: scheme}); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if core, err = kubernetes.NewForConfig(rest); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	code = m.Run()
+	if code != 0 {
+		dumpState()
+	}
+	return code
+}
+
+// image is the reference the images were built and imported under.
+func image(name string) string { return cfg.registry + "/" + name + ":" + cfg.version }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(testcluster.GatewayIP, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// kubectl runs kubectl as the administrator and returns its output.
+func kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := kubectlErr(args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func kubectlErr(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := cluster.Kubectl(ctx, args...).CombinedOutput()
+	return string(out), err
+}
+
+// helm runs the pinned Helm against the cluster.
+func helm(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cfg.helm, append(args, "--kubeconfig", cluster.Kubeconfig())...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(cluster.Dir(), "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(cluster.Dir(), "helm", "config"), "HELM_DATA_HOME="+filepath.Join(cluster.Dir(), "helm", "data"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// dumpState prints what a failed run needs to be understood.
+func dumpState() {
+	for _, args := range [][]string{
+		{"get", "nodes,pods,deployments,replicasets", "-A", "-o", "wide"},
+		{"get", "stepwise", "-A", "-o", "wide"},
+		{"get", "events", "-A", "--sort-by", ".lastTimestamp"},
+		{"logs", "-n", "stepwise-system", "-l", "app.kubernetes.io/name=stepwise-operator", "--tail", "100"},
+	} {
+		out, _ := kubectlErr(args...)
+		fmt.Printf("--- kubectl %s\n%s\n", strings.Join(args, " "), out)
+	}
+}
