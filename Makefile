@@ -1,3 +1,6 @@
+# The project's release: the operator and worker images and the Helm chart.
+VERSION ?= 0.4.0
+
 # Tools are built from the pinned modules under hack/tools into bin/, one
 # file or directory per version, so a second run never rebuilds them.
 tool_version = $(shell awk '$$1=="$(2)" {print $$2; exit}' hack/tools/$(1)/go.mod)
@@ -7,6 +10,8 @@ CONTROLLER_GEN_VERSION := $(call tool_version,controller-gen,sigs.k8s.io/control
 GOLANGCI_LINT_VERSION  := $(call tool_version,golangci-lint,github.com/golangci/golangci-lint/v2)
 TEMPORAL_VERSION       := $(call tool_version,temporal,github.com/temporalio/cli)
 WORKFLOWCHECK_VERSION  := $(call tool_version,workflowcheck,go.temporal.io/sdk/contrib/tools/workflowcheck)
+HELM_VERSION           := $(call tool_version,helm,helm.sh/helm/v4)
+KUBECONFORM_VERSION    := $(call tool_version,kubeconform,github.com/yannh/kubeconform)
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -16,11 +21,20 @@ ETCD_DIR       := $(BIN)/etcd-$(ETCD_VERSION)
 ENVTEST_ASSETS := $(BIN)/envtest-k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
 TEMPORAL       := $(BIN)/temporal-$(TEMPORAL_VERSION)/temporal
 WORKFLOWCHECK  := $(BIN)/workflowcheck-$(WORKFLOWCHECK_VERSION)
+HELM           := $(BIN)/helm-$(HELM_VERSION)
+KUBECONFORM    := $(BIN)/kubeconform-$(KUBECONFORM_VERSION)
 # The reference MCP servers, from npm, cached by the digest of their lock.
 MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
 
+# The operator's Helm chart, and where `make chart-check` writes the API
+# server's schemas for kubeconform (git ignores .local/).
+CHART       := charts/stepwise
+KUBESCHEMAS := $(CURDIR)/.local/kubeschemas
+KUBECONFORM_SCHEMA := $(KUBESCHEMAS)/{{ .ResourceKind }}{{ .KindSuffix }}.json
+
 # Files that `make manifests generate` writes.
-GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go
+GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go \
+	$(CHART)/crds $(CHART)/files/role.yaml
 
 GO_TEST_FLAGS ?= -count=1
 
@@ -34,9 +48,12 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the operator's RBAC role.
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the operator's RBAC role, and copy them into the chart.
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=manager-role paths="./..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	rm -f $(CHART)/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the API's deepcopy code.
@@ -71,9 +88,23 @@ lint: $(GOLANGCI_LINT) $(WORKFLOWCHECK) ## Run golangci-lint, and workflowcheck 
 	$(GOLANGCI_LINT) run ./...
 	$(WORKFLOWCHECK) -config hack/workflowcheck.yaml ./...
 
+.PHONY: chart-check
+chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its renders (default and all values) and the samples against the API server's schemas.
+	@grep -qx 'version: $(VERSION)' $(CHART)/Chart.yaml && grep -qx 'appVersion: "$(VERSION)"' $(CHART)/Chart.yaml || \
+		{ echo "$(CHART)/Chart.yaml: version and appVersion must be the release, $(VERSION)"; exit 1; }
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --values $(CHART)/ci/all-values.yaml
+	go run ./hack/kubeschemas --assets $(ENVTEST_ASSETS) --crds config/crd/bases --out $(KUBESCHEMAS)
+	$(HELM) template stepwise $(CHART) --namespace stepwise-system --include-crds \
+		| $(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)'
+	$(HELM) template stepwise $(CHART) --namespace stepwise-system --include-crds --values $(CHART)/ci/all-values.yaml \
+		| $(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)'
+	$(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)' config/samples
+
 .PHONY: test
-test: verify-tree verify-gen vet lint envtest temporal mcp-servers ## Run everything CI runs: generated-file check, vet, lint, and every test on a real API server, Temporal dev server and MCP servers.
+test: verify-tree verify-gen vet lint envtest temporal mcp-servers chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, and every test on a real API server, Temporal dev server and MCP servers.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
+	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) \
 		go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: record-histories
@@ -191,3 +222,9 @@ $(GOLANGCI_LINT):
 
 $(WORKFLOWCHECK):
 	cd hack/tools/workflowcheck && go build -o $@ go.temporal.io/sdk/contrib/tools/workflowcheck
+
+$(HELM):
+	cd hack/tools/helm && go build -o $@ helm.sh/helm/v4/cmd/helm
+
+$(KUBECONFORM):
+	cd hack/tools/kubeconform && go build -o $@ github.com/yannh/kubeconform/cmd/kubeconform

@@ -1,6 +1,9 @@
 package controller_test
 
 import (
+	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -54,17 +57,66 @@ var _ = Describe("config/samples", func() {
 	})
 })
 
-var _ = Describe("config/default", func() {
-	It("installs the operator's CRDs, RBAC and Deployment on a real API server", func() {
-		out, err := kubectl("apply", "-k", filepath.Join("..", "..", "config", "default"))
-		Expect(err).NotTo(HaveOccurred(), out)
-		out, err = kubectl("get", "--namespace", "stepwise-system", "deployment/stepwise-controller-manager",
-			"-o", "jsonpath={.spec.template.spec.serviceAccountName}")
-		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(Equal("stepwise-controller-manager"))
-		out, err = kubectl("auth", "can-i", "patch", "agents.agents.stepwise.run", "--subresource=status",
-			"--as", "system:serviceaccount:stepwise-system:stepwise-controller-manager")
-		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(HavePrefix("yes"))
+var _ = Describe("charts/stepwise", func() {
+	It("installs the operator's CRDs, RBAC and Deployment on a real API server, with default and with all values", func() {
+		helm := os.Getenv("STEPWISE_HELM")
+		if helm == "" {
+			Skip("STEPWISE_HELM is not set: run `make test`, which builds the pinned Helm into bin/")
+		}
+		chart := filepath.Join("..", "..", "charts", "stepwise")
+		for _, install := range []struct {
+			namespace, account string
+			values             []string
+		}{
+			{namespace: "stepwise-system", account: "stepwise"},
+			{namespace: "stepwise-all", account: "stepwise-all", values: []string{"--values", filepath.Join(chart, "ci", "all-values.yaml")}},
+		} {
+			By("rendering the chart into " + install.namespace)
+			render := exec.Command(helm, append([]string{"template", "stepwise", chart, "--namespace", install.namespace, "--include-crds"},
+				install.values...)...)
+			render.Env = append(os.Environ(), "HELM_CONFIG_HOME="+GinkgoT().TempDir(), "HELM_CACHE_HOME="+GinkgoT().TempDir())
+			manifests, err := render.Output()
+			Expect(err).NotTo(HaveOccurred(), "%s", errorOutput(err))
+			manifestsFile := filepath.Join(GinkgoT().TempDir(), "chart.yaml")
+			Expect(os.WriteFile(manifestsFile, manifests, 0o600)).To(Succeed())
+
+			// kubectl validates strictly on the server: an unknown field fails.
+			out, err := kubectl("create", "namespace", install.namespace)
+			Expect(err).NotTo(HaveOccurred(), out)
+			out, err = kubectl("apply", "--server-side", "--force-conflicts", "-f", manifestsFile)
+			Expect(err).NotTo(HaveOccurred(), out)
+
+			out, err = kubectl("get", "--namespace", install.namespace, "deployment/"+install.account,
+				"-o", "jsonpath={.spec.template.spec.serviceAccountName}")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(out).To(Equal(install.account))
+			serviceAccount := "system:serviceaccount:" + install.namespace + ":" + install.account
+			for _, allowed := range [][]string{
+				{"patch", "agents.agents.stepwise.run", "--subresource=status"},
+				{"create", "deployments.apps", "--namespace", "team-a"},
+				{"update", "leases.coordination.k8s.io", "--namespace", install.namespace},
+			} {
+				out, err = kubectl(append([]string{"auth", "can-i", "--as", serviceAccount}, allowed...)...)
+				Expect(err).NotTo(HaveOccurred(), out)
+				Expect(out).To(HavePrefix("yes"), "%v", allowed)
+			}
+			for _, denied := range [][]string{
+				{"create", "secrets", "--namespace", "team-a"},
+				{"delete", "deployments.apps", "--namespace", "team-a"},
+				{"update", "leases.coordination.k8s.io", "--namespace", "team-a"},
+			} {
+				out, _ = kubectl(append([]string{"auth", "can-i", "--as", serviceAccount}, denied...)...)
+				Expect(out).To(HavePrefix("no"), "%v", denied)
+			}
+		}
 	})
 })
+
+// errorOutput is what a failed command wrote to its standard error.
+func errorOutput(err error) string {
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		return string(exitErr.Stderr)
+	}
+	return ""
+}

@@ -1,0 +1,539 @@
+// Package charts_test checks the operator's Helm chart with the pinned Helm:
+// that its schema refuses bad values naming the field, and that what it
+// renders is the operator the project builds (its generated RBAC role and
+// CRDs, its flags, a restricted security context).
+package charts_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stepwise-run/stepwise/internal/media"
+)
+
+const (
+	chartDir      = "stepwise"
+	allValues     = "stepwise/ci/all-values.yaml"
+	releaseName   = "stepwise"
+	releaseNS     = "stepwise-system"
+	defaultPrefix = "ghcr.io/stepwise-run"
+)
+
+// helm returns the pinned Helm binary, or skips: make test builds it and
+// sets STEPWISE_HELM.
+func helm(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("STEPWISE_HELM")
+	if path == "" {
+		t.Skip("STEPWISE_HELM is not set: run `make test`, or `make chart-check` and set STEPWISE_HELM=$PWD/bin/helm-<version>")
+	}
+	return path
+}
+
+// render runs helm template for the release stepwise in stepwise-system
+// with these extra arguments, returning the manifests or Helm's error.
+func render(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helm(t), append([]string{"template", releaseName, chartDir, "--namespace", releaseNS}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", errors.New(stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// valuesFile writes a values file for one render.
+func valuesFile(t *testing.T, values string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(path, []byte(values), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestBadValuesAreRefusedNamingTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name, values string
+		// wantErr are parts of Helm's message: the field's path and why.
+		wantErr []string
+	}{
+		{"no replicas", "replicas: 0", []string{"'/replicas'", "minimum"}},
+		{"fractional replicas", "replicas: 1.5", []string{"'/replicas'", "integer"}},
+		{"unknown key", "replica: 2", []string{"additional properties 'replica' not allowed"}},
+		{"unknown nested key", "engine: {host: 'temporal:7233'}", []string{"'/engine'", "additional properties 'host' not allowed"}},
+		{"engine address without port", "engine: {address: temporal.example.com}", []string{"'/engine/address'", "does not match pattern"}},
+		{"engine address with empty port", "engine: {address: 'temporal:'}", []string{"'/engine/address'"}},
+		{"engine address port out of range", "engine: {address: 'temporal:70000'}", []string{"'/engine/address'"}},
+		{"engine address with scheme", "engine: {address: 'http://temporal:7233'}", []string{"'/engine/address'"}},
+		{"engine address IPv6 unbracketed", "engine: {address: '::1:7233'}", []string{"'/engine/address'"}},
+		{"empty engine namespace", "engine: {address: 'temporal:7233', namespace: ''}", []string{"'/engine/namespace'"}},
+		{"API key without key", "engine: {address: 'temporal:7233', tls: {enabled: true}, apiKeySecret: creds}", []string{"'/engine/apiKeySecret'"}},
+		{"API key without TLS", "engine: {address: 'temporal:7233', apiKeySecret: creds/key}", []string{"'/engine/tls/enabled'", "true"}},
+		{"TLS secret without TLS", "engine: {address: 'temporal:7233', tls: {secret: ca}}", []string{"'/engine/tls/enabled'", "true"}},
+		{"TLS without an engine", "engine: {tls: {enabled: true}}", []string{"'/engine/tls/enabled'", "false"}},
+		{"TLS secret not a name", "engine: {address: 'temporal:7233', tls: {enabled: true, secret: Bad_Name}}", []string{"'/engine/tls/secret'"}},
+		{"pull policy", "image: {pullPolicy: Sometimes}", []string{"'/image/pullPolicy'", "IfNotPresent"}},
+		{"image tag", "image: {tag: 'v1 beta'}", []string{"'/image/tag'"}},
+		{"image registry with scheme", "image: {registry: 'https://ghcr.io/stepwise-run'}", []string{"'/image/registry'"}},
+		{"image registry with trailing slash", "image: {registry: 'ghcr.io/stepwise-run/'}", []string{"'/image/registry'"}},
+		{"worker image", "workerImage: 'Agent Worker:latest'", []string{"'/workerImage'"}},
+		{"pull secret as a string", "imagePullSecrets: [registry]", []string{"'/imagePullSecrets/0'", "object"}},
+		{"negative CPU", "resources: {requests: {cpu: '-1'}}", []string{"'/resources/requests/cpu'"}},
+		{"negative memory number", "resources: {limits: {memory: -5}}", []string{"'/resources/limits/memory'"}},
+		{"memory with a bad unit", "resources: {limits: {memory: 256MB}}", []string{"'/resources/limits/memory'"}},
+		{"resource claims", "resources: {claims: [{name: gpu}]}", []string{"'/resources'", "additional properties 'claims' not allowed"}},
+		{"relative host path root", "mediaHostPathRoots: [srv/media]", []string{"'/mediaHostPathRoots/0'"}},
+		{"host path root with ..", "mediaHostPathRoots: [/srv/../etc]", []string{"'/mediaHostPathRoots/0'"}},
+		{"host path root with a trailing slash", "mediaHostPathRoots: [/srv/media/]", []string{"'/mediaHostPathRoots/0'"}},
+		{"host path root with a comma", "mediaHostPathRoots: ['/srv/a,/srv/b']", []string{"'/mediaHostPathRoots/0'"}},
+		{"log level", "log: {level: verbose}", []string{"'/log/level'"}},
+		{"log level zero", "log: {level: 0}", []string{"'/log/level'"}},
+		{"log encoder", "log: {encoder: text}", []string{"'/log/encoder'"}},
+		{"metrics port as a string", "metrics: {port: '8080'}", []string{"'/metrics/port'", "integer"}},
+		{"metrics port out of range", "metrics: {port: 65536}", []string{"'/metrics/port'", "maximum"}},
+		{"one port for metrics and probes", "metrics: {port: 8081}", []string{"metrics.port and healthProbePort are both 8081"}},
+		{"probe port zero", "healthProbePort: 0", []string{"'/healthProbePort'"}},
+		{"node selector value not a string", "nodeSelector: {example.com/pool: 1}", []string{"'/nodeSelector/example.com~1pool'", "string"}},
+		{"pod label too long", "podLabels: {team: " + strings.Repeat("a", 64) + "}", []string{"'/podLabels/team'"}},
+		{"toleration operator", "tolerations: [{key: dedicated, operator: Maybe}]", []string{"'/tolerations/0/operator'"}},
+		{"toleration unknown key", "tolerations: [{key: dedicated, efect: NoSchedule}]", []string{"'/tolerations/0'", "'efect'"}},
+		{"affinity unknown key", "affinity: {nodeAfinity: {}}", []string{"'/affinity'", "'nodeAfinity'"}},
+		{"affinity weight", "affinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 0, podAffinityTerm: {topologyKey: zone}}]}}",
+			[]string{"'/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/0/weight'"}},
+		{"affinity namespace not a DNS label", "affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: zone, namespaces: [Temporal_NS]}]}}",
+			[]string{"'/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution/0/namespaces/0'"}},
+		{"full name not a DNS label", "fullnameOverride: Stepwise", []string{"'/fullnameOverride'"}},
+		{"priority class name", "priorityClassName: High_Priority", []string{"'/priorityClassName'"}},
+		{"service account annotations not strings", "serviceAccount: {annotations: {example.com/a: {b: c}}}", []string{"'/serviceAccount/annotations/example.com~1a'"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := render(t, "--values", valuesFile(t, tc.values))
+			if err == nil {
+				t.Fatalf("values %q rendered, want them refused:\n%s", tc.values, out)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("values %q: error does not contain %q:\n%v", tc.values, want, err)
+				}
+			}
+		})
+	}
+}
+
+// The chart refuses the same host directories the operator does, so an
+// install that would stop the operator at start fails at install instead.
+func TestHostPathRootsRefusedAsTheOperatorRefusesThem(t *testing.T) {
+	var roots []string
+	for _, dir := range media.SystemDirectories {
+		roots = append(roots, dir, dir+"/stepwise")
+	}
+	roots = append(roots, "/", "/lib", "/lib64", "/libexec/media")
+	for _, root := range roots {
+		if !media.IsSystemPath(root) && root != "/" {
+			t.Fatalf("%s is not a system path for the operator; fix the test", root)
+		}
+	}
+	list, err := yaml.Marshal(map[string][]string{"mediaHostPathRoots": roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = render(t, "--values", valuesFile(t, string(list)))
+	if err == nil {
+		t.Fatal("system directories rendered, want them refused")
+	}
+	for i, root := range roots {
+		if want := "'/mediaHostPathRoots/" + strconv.Itoa(i) + "'"; !strings.Contains(err.Error(), want) {
+			t.Errorf("%s is not refused (no %s in the error):\n%v", root, want, err)
+		}
+	}
+
+	allowed := []string{"/srv/stepwise-media", "/varnish/media", "/mnt/lib", "/data/tmp"}
+	for _, root := range allowed {
+		if media.IsSystemPath(root) {
+			t.Fatalf("%s is a system path for the operator; fix the test", root)
+		}
+	}
+	out, err := render(t, "--set", "mediaHostPathRoots={"+strings.Join(allowed, ",")+"}")
+	if err != nil {
+		t.Fatalf("directories outside the system ones refused: %v", err)
+	}
+	if want := "--media-host-path-roots=" + strings.Join(allowed, ","); !strings.Contains(out, want) {
+		t.Errorf("render lacks %s", want)
+	}
+}
+
+// objects is a render split into its objects, by kind and name.
+type objects map[string][]byte
+
+func parse(t *testing.T, manifests string) objects {
+	t.Helper()
+	out := objects{}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifests)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var object unstructured.Unstructured
+		if err := yaml.Unmarshal(doc, &object.Object); err != nil {
+			t.Fatal(err)
+		}
+		if object.Object == nil {
+			continue
+		}
+		key := object.GetKind() + "/" + object.GetName()
+		if _, dup := out[key]; dup {
+			t.Fatalf("the render holds %s twice", key)
+		}
+		if ns := object.GetNamespace(); ns != "" && ns != releaseNS {
+			t.Errorf("%s is in namespace %s, not the release's %s", key, ns, releaseNS)
+		}
+		out[key] = doc
+	}
+}
+
+// get decodes one object of the render.
+func get[T any](t *testing.T, objs objects, key string) *T {
+	t.Helper()
+	doc, ok := objs[key]
+	if !ok {
+		t.Fatalf("the render has no %s; it has %v", key, keysOf(objs))
+	}
+	var object T
+	if err := yaml.UnmarshalStrict(doc, &object); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return &object
+}
+
+func keysOf(objs objects) []string {
+	var keys []string
+	for key := range objs {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func appVersion(t *testing.T) string {
+	t.Helper()
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	data, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	return chart.AppVersion
+}
+
+func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
+	out, err := render(t, "--include-crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, out)
+	want := []string{
+		"ClusterRole/stepwise-manager", "ClusterRoleBinding/stepwise-manager",
+		"CustomResourceDefinition/agents.agents.stepwise.run", "CustomResourceDefinition/mediastores.agents.stepwise.run",
+		"CustomResourceDefinition/toolsources.agents.stepwise.run",
+		"Deployment/stepwise", "Role/stepwise-leader-election", "RoleBinding/stepwise-leader-election",
+		"Service/stepwise-metrics", "ServiceAccount/stepwise",
+	}
+	if got := keysOf(objs); !slices.Equal(got, want) {
+		t.Errorf("objects = %v, want %v", got, want)
+	}
+
+	generated := readClusterRole(t, filepath.Join("..", "config", "rbac", "role.yaml"))
+	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole/stepwise-manager")
+	if !equalJSON(t, role.Rules, generated.Rules) {
+		t.Errorf("the chart's ClusterRole rules differ from config/rbac/role.yaml's:\n%s", mustYAML(t, role.Rules))
+	}
+	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding/stepwise-manager")
+	wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: "stepwise", Namespace: releaseNS}
+	if binding.RoleRef.Name != role.Name || !slices.Equal(binding.Subjects, []rbacv1.Subject{wantSubject}) {
+		t.Errorf("ClusterRoleBinding binds %s to %v, want %s to %v", binding.RoleRef.Name, binding.Subjects, role.Name, wantSubject)
+	}
+	leaderBinding := get[rbacv1.RoleBinding](t, objs, "RoleBinding/stepwise-leader-election")
+	if !slices.Equal(leaderBinding.Subjects, []rbacv1.Subject{wantSubject}) {
+		t.Errorf("leader-election RoleBinding subjects = %v, want %v", leaderBinding.Subjects, wantSubject)
+	}
+
+	for _, crd := range []string{"agents", "mediastores", "toolsources"} {
+		rendered := get[apiextensionsv1.CustomResourceDefinition](t, objs, "CustomResourceDefinition/"+crd+".agents.stepwise.run")
+		generated := readCRD(t, filepath.Join("..", "config", "crd", "bases", "agents.stepwise.run_"+crd+".yaml"))
+		if !equalJSON(t, rendered, generated) {
+			t.Errorf("the chart's %s CRD differs from config/crd/bases: run `make manifests`", crd)
+		}
+	}
+
+	deployment := get[appsv1.Deployment](t, objs, "Deployment/stepwise")
+	version := appVersion(t)
+	if got := *deployment.Spec.Replicas; got != 1 {
+		t.Errorf("replicas = %d, want 1", got)
+	}
+	pod := deployment.Spec.Template.Spec
+	if pod.ServiceAccountName != "stepwise" {
+		t.Errorf("serviceAccountName = %q, want stepwise", pod.ServiceAccountName)
+	}
+	manager := pod.Containers[0]
+	if want := defaultPrefix + "/operator:" + version; manager.Image != want {
+		t.Errorf("image = %q, want %q", manager.Image, want)
+	}
+	if manager.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("imagePullPolicy = %q, want IfNotPresent", manager.ImagePullPolicy)
+	}
+	wantArgs := []string{
+		"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080",
+		"--worker-image=" + defaultPrefix + "/agent-worker:" + version, "--zap-log-level=info", "--zap-encoder=json",
+	}
+	if !slices.Equal(manager.Args, wantArgs) {
+		t.Errorf("args = %q, want %q", manager.Args, wantArgs)
+	}
+	expectRestricted(t, pod)
+	if got := manager.Resources.Requests.Memory().String(); got != "64Mi" {
+		t.Errorf("memory request = %s, want 64Mi", got)
+	}
+
+	service := get[corev1.Service](t, objs, "Service/stepwise-metrics")
+	if len(service.Spec.Ports) != 1 || service.Spec.Ports[0].Port != 8080 || service.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+		t.Errorf("metrics Service ports = %+v, want 8080 to the container's metrics port", service.Spec.Ports)
+	}
+	for key, value := range service.Spec.Selector {
+		if deployment.Spec.Template.Labels[key] != value {
+			t.Errorf("the metrics Service selects %s=%s, which the operator pod lacks", key, value)
+		}
+	}
+}
+
+// expectRestricted checks the security context the restricted Pod
+// Security Standard asks for, with a read-only root file system.
+func expectRestricted(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	sc := pod.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser != 65532 ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext = %s, want non-root 65532 with the RuntimeDefault seccomp profile", mustYAML(t, sc))
+	}
+	for _, container := range pod.Containers {
+		csc := container.SecurityContext
+		if csc == nil || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation ||
+			csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem || csc.Capabilities == nil ||
+			!slices.Equal(csc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(csc.Capabilities.Add) != 0 {
+			t.Errorf("container %s securityContext = %s, want no privilege escalation, a read-only root and ALL capabilities dropped",
+				container.Name, mustYAML(t, csc))
+		}
+	}
+}
+
+func TestAllValuesReachTheOperator(t *testing.T) {
+	out, err := render(t, "--values", allValues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, out)
+	deployment := get[appsv1.Deployment](t, objs, "Deployment/stepwise-all")
+	pod := deployment.Spec.Template.Spec
+	manager := pod.Containers[0]
+	const registry = "registry.example.com:5000/platform/stepwise"
+	if want := registry + "/operator:0.4.0-rc.1"; manager.Image != want || manager.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("image = %q %s, want %q Always", manager.Image, manager.ImagePullPolicy, want)
+	}
+	wantArgs := []string{
+		"--leader-elect", "--health-probe-bind-address=:9091", "--metrics-bind-address=:9090",
+		"--default-engine-address=temporal.example.com:7233", "--default-engine-namespace=agents.prod",
+		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
+		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",
+		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,/mnt/agents/media",
+		"--zap-log-level=2", "--zap-encoder=console",
+	}
+	if !slices.Equal(manager.Args, wantArgs) {
+		t.Errorf("args = %q\nwant %q", manager.Args, wantArgs)
+	}
+	if *deployment.Spec.Replicas != 2 || pod.PriorityClassName != "system-cluster-critical" ||
+		!slices.Equal(pod.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "registry-credentials"}}) ||
+		pod.NodeSelector["kubernetes.io/os"] != "linux" || len(pod.Tolerations) != 2 || pod.Affinity == nil ||
+		pod.Affinity.NodeAffinity == nil || pod.Affinity.PodAffinity == nil || pod.Affinity.PodAntiAffinity == nil {
+		t.Errorf("the pod lacks a scheduling or pull value: %s", mustYAML(t, pod))
+	}
+	if got := manager.Resources.Limits.Cpu().String(); got != "1" {
+		t.Errorf("CPU limit = %s, want 1", got)
+	}
+	labels := deployment.Spec.Template.Labels
+	if labels["example.com/tier"] != "control-plane" || labels["app.kubernetes.io/name"] != "agents" {
+		t.Errorf("pod labels = %v, want podLabels beside the selector labels", labels)
+	}
+	if deployment.Spec.Template.Annotations["example.com/team"] != "platform" {
+		t.Errorf("pod annotations = %v", deployment.Spec.Template.Annotations)
+	}
+	expectRestricted(t, pod)
+
+	account := get[corev1.ServiceAccount](t, objs, "ServiceAccount/stepwise-all")
+	if account.Annotations["example.com/identity"] != "operator" {
+		t.Errorf("ServiceAccount annotations = %v", account.Annotations)
+	}
+	service := get[corev1.Service](t, objs, "Service/stepwise-all-metrics")
+	if service.Spec.Ports[0].Port != 9090 || service.Annotations["prometheus.io/scrape"] != "true" {
+		t.Errorf("metrics Service = %s", mustYAML(t, service))
+	}
+	get[rbacv1.ClusterRole](t, objs, "ClusterRole/stepwise-all-manager")
+	get[rbacv1.Role](t, objs, "Role/stepwise-all-leader-election")
+}
+
+func TestPodLabelsDoNotReplaceTheSelectorLabels(t *testing.T) {
+	out, err := render(t, "--set", "podLabels.app\\.kubernetes\\.io/instance=other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployment := get[appsv1.Deployment](t, parse(t, out), "Deployment/stepwise")
+	if got := deployment.Spec.Template.Labels["app.kubernetes.io/instance"]; got != releaseName {
+		t.Errorf("pod label app.kubernetes.io/instance = %q, want the release's %q", got, releaseName)
+	}
+}
+
+func TestMetricsOff(t *testing.T) {
+	out, err := render(t, "--set", "metrics.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, out)
+	if _, ok := objs["Service/stepwise-metrics"]; ok {
+		t.Error("metrics are off, yet the render holds the metrics Service")
+	}
+	manager := get[appsv1.Deployment](t, objs, "Deployment/stepwise").Spec.Template.Spec.Containers[0]
+	if !slices.Contains(manager.Args, "--metrics-bind-address=0") {
+		t.Errorf("args = %q, want --metrics-bind-address=0", manager.Args)
+	}
+	for _, port := range manager.Ports {
+		if port.Name == "metrics" {
+			t.Error("metrics are off, yet the container declares a metrics port")
+		}
+	}
+}
+
+// The rendered arguments are flags the operator defines and values it
+// accepts: the operator built from this tree parses them and applies its own
+// checks (engine address, API key Secret, host path roots) and stops only
+// where it needs a cluster.
+func TestTheOperatorAcceptsTheRenderedArguments(t *testing.T) {
+	out, err := render(t, "--values", allValues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := get[appsv1.Deployment](t, parse(t, out), "Deployment/stepwise-all").Spec.Template.Spec.Containers[0].Args
+	manager := filepath.Join(t.TempDir(), "manager")
+	build := exec.Command("go", "build", "-o", manager, "../cmd/manager")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the operator: %v\n%s", err, out)
+	}
+	home := t.TempDir()
+	run := exec.Command(manager, append(args, "--kubeconfig", filepath.Join(home, "no-kubeconfig"))...)
+	run.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+	stderr, err := run.CombinedOutput()
+	if err == nil {
+		t.Fatal("the operator ran without a cluster")
+	}
+	if !strings.Contains(string(stderr), "loading the kubeconfig") {
+		t.Errorf("the operator stopped before it looked for a cluster, so it refused a rendered argument:\n%s", stderr)
+	}
+}
+
+// The schemas `make chart-check` writes are strict: a misspelled field of a
+// rendered object fails kubeconform, naming the field.
+func TestKubeconformRefusesAMisspelledField(t *testing.T) {
+	kubeconform, schemas := os.Getenv("STEPWISE_KUBECONFORM"), os.Getenv("STEPWISE_KUBESCHEMAS")
+	if kubeconform == "" || schemas == "" {
+		t.Skip("STEPWISE_KUBECONFORM and STEPWISE_KUBESCHEMAS are not set: run `make test`, which writes the schemas in `make chart-check`")
+	}
+	out, err := render(t, "--include-crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(manifests string) (string, error) {
+		cmd := exec.Command(kubeconform, "-strict", "-summary", "-schema-location", filepath.Join(schemas, "{{ .ResourceKind }}{{ .KindSuffix }}.json"))
+		cmd.Stdin = strings.NewReader(manifests)
+		output, err := cmd.CombinedOutput()
+		return string(output), err
+	}
+	if output, err := check(out); err != nil {
+		t.Fatalf("the default render fails kubeconform: %v\n%s", err, output)
+	}
+	misspelled := strings.Replace(out, "readOnlyRootFilesystem:", "readOnlyRootFileSystem:", 1)
+	if misspelled == out {
+		t.Fatal("the render has no readOnlyRootFilesystem to misspell")
+	}
+	output, err := check(misspelled)
+	if err == nil || !strings.Contains(output, "readOnlyRootFileSystem") {
+		t.Errorf("kubeconform accepted a misspelled field or did not name it: %v\n%s", err, output)
+	}
+}
+
+func readClusterRole(t *testing.T, path string) *rbacv1.ClusterRole {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(data, &role); err != nil {
+		t.Fatal(err)
+	}
+	if len(role.Rules) == 0 {
+		t.Fatalf("%s holds no rules", path)
+	}
+	return &role
+}
+
+func readCRD(t *testing.T, path string) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	return &crd
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	return bytes.Equal(mustYAML(t, a), mustYAML(t, b))
+}
+
+func mustYAML(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
