@@ -212,6 +212,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--endpoint-reconciler-type", "none",
 		"--tls-cert-file", serving.Cert, "--tls-private-key-file", serving.Key,
 		"--client-ca-file", ca.CertFile(),
+		// No cluster DNS resolves the node's name.
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--kubelet-client-certificate", kubeletClient.Cert, "--kubelet-client-key", kubeletClient.Key,
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",

@@ -29,8 +29,11 @@ func writeContainerdConfig(dir, sandboxImage string) (string, error) {
 			"isGateway": true,
 			"ipMasq":    false,
 			"ipam": map[string]any{
-				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": podSubnet, "gateway": GatewayIP}}},
+				"type":   "host-local",
+				"ranges": [][]map[string]string{{{"subnet": podSubnet, "gateway": GatewayIP}}},
+				// Through the host: Service cluster IPs (the kubernetes
+				// Service's rule) are off the bridge's subnet.
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				"dataDir": filepath.Join(dir, "cni", "ipam"),
 			},
 		}},
