@@ -80,7 +80,7 @@ func main() {
 	flag.IntVar(&opts.sharedBy, "shared-by", 100,
 		"How many Agents share one ToolSource and one MediaStore; 0 means the Agents reference none.")
 	flag.IntVar(&opts.concurrency, "concurrency", 32, "How many Agents are being created at any moment.")
-	flag.DurationVar(&opts.syncPeriod, "sync-period", time.Minute,
+	flag.DurationVar(&opts.syncPeriod, "sync-period", 2*time.Minute,
 		"The restarted operator's cache resync period, whose resync is measured too; 0 skips that phase.")
 	flag.DurationVar(&opts.quiet, "quiet", 5*time.Second, "How long the operator must have reconciled nothing to count as settled.")
 	flag.DurationVar(&opts.timeout, "timeout", 30*time.Minute, "How long each phase may take.")

@@ -374,6 +374,9 @@ func (w writes) print(out io.Writer) {
 	}) {
 		fmt.Fprintf(out, "  audit log, operator's user: %-20s %-7s %d  %d\n", k.resource, k.verb, k.code, w.byOperator[k])
 	}
+	if len(w.byAnyone) == 0 {
+		fmt.Fprintln(out, "  apiserver_request_total, all users: no writes to the operator's resources")
+	}
 	for _, k := range slices.SortedFunc(maps.Keys(w.byAnyone), func(a, b requestKey) int {
 		return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
 	}) {
