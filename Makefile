@@ -117,6 +117,13 @@ record-histories: temporal ## Record this engine version's session histories, wh
 bench: temporal ## Measure the engine's per-Step overhead and turns per second on a local Temporal dev server.
 	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) go test -run '^$$' -bench . -benchtime 200x -count 1 ./internal/enginetest/
 
+# Flags for the scale benchmark, such as SCALEBENCH_FLAGS="--agents 200 --sync-period 0".
+SCALEBENCH_FLAGS ?=
+
+.PHONY: bench-scale
+bench-scale: envtest ## Apply 1,000 Agents at once to the operator on a real API server: time until all are Ready, writes on a resync where nothing changed, heap.
+	go run ./hack/scalebench --assets $(ENVTEST_ASSETS) $(SCALEBENCH_FLAGS)
+
 ##@ Build and run
 
 .PHONY: build

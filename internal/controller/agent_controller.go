@@ -61,7 +61,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 	var pass agentPass
 	defer func() {
 		agent.Status = agentStatus(agent, pass)
-		if err := r.Status().Patch(ctx, agent, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		if err := patchStatus(ctx, r.Client, agent, before); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("writing Agent status: %w", err))
 		}
 	}()
@@ -122,7 +122,8 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if err != nil {
 		return err
 	}
-	if err := r.checkOwnership(ctx, agent, worker); err != nil {
+	live, err := r.checkOwnership(ctx, agent, worker)
+	if err != nil {
 		return err
 	}
 
@@ -131,20 +132,25 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	// writing it changes nothing for running workers until the Deployment
 	// names it.
 	if worker.ServiceAccount != nil {
-		if err := r.apply(ctx, worker.ServiceAccount); err != nil {
+		if _, err := r.applyChanged(ctx, worker.ServiceAccount, live.serviceAccount); err != nil {
 			return err
 		}
 	}
-	if err := r.apply(ctx, worker.ConfigMap); err != nil {
+	if _, err := r.applyChanged(ctx, worker.ConfigMap, live.configMap); err != nil {
 		return err
 	}
-	if err := r.apply(ctx, worker.Deployment); err != nil {
+	applied, err := r.applyChanged(ctx, worker.Deployment, live.deployment)
+	if err != nil {
 		return err
 	}
 	// Status reports what the API server answered, not what the cache may
-	// not have seen yet.
-	if pass.deployment, err = render.Convert[appsv1.Deployment](worker.Deployment); err != nil {
-		return err
+	// not have seen yet; unapplied, the Deployment as read already holds
+	// everything this pass would apply.
+	pass.deployment = live.deployment
+	if applied {
+		if pass.deployment, err = render.Convert[appsv1.Deployment](worker.Deployment); err != nil {
+			return err
+		}
 	}
 	pass.observed.deployment = true
 	if pass.graph, err = r.publishGraph(ctx, agent, graph); err != nil {
@@ -190,24 +196,35 @@ func (r *AgentReconciler) observeReferences(ctx context.Context, agent *agentsv1
 	return observed, nil
 }
 
+// liveWorker is what exists of an Agent's applied worker objects; each is
+// nil when absent.
+type liveWorker struct {
+	serviceAccount *corev1.ServiceAccount
+	configMap      *corev1.ConfigMap
+	deployment     *appsv1.Deployment
+}
+
 // checkOwnership refuses to apply over an object of the same name that the
 // Agent does not control, such as a team's own Deployment: server-side apply
-// with force would otherwise take it over.
-func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Agent, worker *render.WorkerObjects) error {
+// with force would otherwise take it over. It returns the worker objects
+// that exist.
+func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Agent, worker *render.WorkerObjects) (liveWorker, error) {
 	type owned struct {
-		kind string
-		obj  client.Object
+		kind, name string
+		obj        client.Object
 	}
+	configMap, deployment, serviceAccount := &corev1.ConfigMap{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}
 	objects := []owned{
-		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: *worker.ConfigMap.Name}}},
-		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.GraphConfigMapName(agent.Name)}}},
-		{"Deployment", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}}},
+		{"ConfigMap", *worker.ConfigMap.Name, configMap},
+		{"ConfigMap", render.GraphConfigMapName(agent.Name), &corev1.ConfigMap{}},
+		{"Deployment", render.WorkerName(agent.Name), deployment},
 	}
 	if worker.ServiceAccount != nil {
-		objects = append(objects, owned{"ServiceAccount", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: *worker.ServiceAccount.Name}}})
+		objects = append(objects, owned{"ServiceAccount", *worker.ServiceAccount.Name, serviceAccount})
 	}
+	exists := map[client.Object]bool{}
 	for _, o := range objects {
-		key := client.ObjectKey{Namespace: agent.Namespace, Name: o.obj.GetName()}
+		key := client.ObjectKey{Namespace: agent.Namespace, Name: o.name}
 		err := r.Get(ctx, key, o.obj)
 		if apierrors.IsNotFound(err) {
 			// The cache holds only the objects the operator labels.
@@ -217,13 +234,24 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 		case apierrors.IsNotFound(err):
 			continue
 		case err != nil:
-			return fmt.Errorf("reading %s %s: %w", o.kind, key.Name, err)
+			return liveWorker{}, fmt.Errorf("reading %s %s: %w", o.kind, key.Name, err)
 		case !isControlledBy(o.obj, agent):
-			return &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
+			return liveWorker{}, &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
 				"%s %q exists and is not owned by this Agent; the operator will not take it over: rename or delete it", o.kind, key.Name)}
 		}
+		exists[o.obj] = true
 	}
-	return nil
+	var live liveWorker
+	if exists[configMap] {
+		live.configMap = configMap
+	}
+	if exists[deployment] {
+		live.deployment = deployment
+	}
+	if exists[serviceAccount] {
+		live.serviceAccount = serviceAccount
+	}
+	return live, nil
 }
 
 // publishGraph writes the Flow graph ConfigMap only when the published
@@ -354,6 +382,21 @@ func (r *AgentReconciler) keepScale(ctx context.Context, agent *agentsv1.Agent, 
 	}
 	d.Spec.Replicas = &want
 	return nil
+}
+
+// applyChanged applies an owned object unless live, the object as read,
+// already holds exactly the fields this operator would apply: such an
+// apply would change nothing, so a pass where nothing changed sends no
+// request. It reports whether it applied.
+func (r *AgentReconciler) applyChanged(ctx context.Context, obj applyConfiguration, live client.Object) (bool, error) {
+	unchanged, err := appliedAlready(obj, live)
+	if err != nil {
+		return false, err
+	}
+	if unchanged {
+		return false, nil
+	}
+	return true, r.apply(ctx, obj)
 }
 
 // applyConfiguration is an apply configuration the client can apply.

@@ -59,7 +59,7 @@ func (r *MediaStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return
 		}
 		ms.Status = mediaStoreStatus(ms, pass)
-		if err := r.Status().Patch(ctx, ms, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		if err := patchStatus(ctx, r.Client, ms, before); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("writing MediaStore status: %w", err))
 		}
 	}()

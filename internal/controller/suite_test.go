@@ -44,7 +44,20 @@ var (
 	suiteCtx    context.Context
 	cancel      context.CancelFunc
 	managerDone chan struct{}
+	// operatorConfig is the operator's own identity, bound to the generated
+	// role alone.
+	operatorConfig *rest.Config
+	// suiteManager is the running operator; tests read its cache.
+	suiteManager ctrl.Manager
 )
+
+// operatorDefaults are the operator-wide settings in these tests.
+var operatorDefaults = render.Defaults{
+	Engine:              &agentsv1.EngineSpec{Address: defaultEngineAddress, Namespace: "default"},
+	WorkerImage:         stockWorkerImage,
+	WorkerEngineVersion: stockEngineVersion,
+	MediaHostPathRoots:  []string{mediaHostPathRoot},
+}
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -91,8 +104,9 @@ var _ = BeforeSuite(func() {
 	})).To(Succeed())
 	operator, err := testEnv.AddUser(envtest.User{Name: "stepwise-operator"}, nil)
 	Expect(err).NotTo(HaveOccurred())
+	operatorConfig = operator.Config()
 
-	mgr, err := ctrl.NewManager(operator.Config(), ctrl.Options{
+	mgr, err := ctrl.NewManager(operatorConfig, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  controller.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -100,14 +114,10 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(controller.Setup(suiteCtx, mgr, controller.Options{
-		Defaults: render.Defaults{
-			Engine:              &agentsv1.EngineSpec{Address: defaultEngineAddress, Namespace: "default"},
-			WorkerImage:         stockWorkerImage,
-			WorkerEngineVersion: stockEngineVersion,
-			MediaHostPathRoots:  []string{mediaHostPathRoot},
-		},
+		Defaults:        operatorDefaults,
 		RecheckInterval: time.Second,
 	})).To(Succeed())
+	suiteManager = mgr
 	managerDone = make(chan struct{})
 	go func() {
 		defer GinkgoRecover()

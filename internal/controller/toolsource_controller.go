@@ -42,7 +42,7 @@ func (r *ToolSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	var pass referencePass
 	defer func() {
 		ts.Status = toolSourceStatus(ts, pass)
-		if err := r.Status().Patch(ctx, ts, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		if err := patchStatus(ctx, r.Client, ts, before); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("writing ToolSource status: %w", err))
 		}
 	}()

@@ -502,9 +502,10 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		deploymentLabels[LabelMediaStore] = r.MediaStore.Name
 	}
 
+	// The field reference is spelled as the API server stores it; see envVar.
 	env := []*corev1ac.EnvVarApplyConfiguration{
 		corev1ac.EnvVar().WithName(EnvPodName).WithValueFrom(
-			corev1ac.EnvVarSource().WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
+			corev1ac.EnvVarSource().WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.name"))),
 	}
 	env = append(env, envs.envVars()...)
 	for i := range w.Env {
@@ -663,7 +664,23 @@ func applyConfig[T any](typed any) *T {
 	return out
 }
 
+// The worker Deployment is rendered as the API server stores it, so that an
+// unchanged Agent renders exactly what the Deployment holds and the
+// operator sends no apply. The values the server defaults inside atomic
+// fields (applied, and so owned, as a whole) and the quantities it rounds
+// are spelled out here, as the server would store them.
+
+// envVar is a variable of spec.workers.env as the API server stores it.
 func envVar(e *corev1.EnvVar) *corev1ac.EnvVarApplyConfiguration {
+	e = e.DeepCopy()
+	if from := e.ValueFrom; from != nil {
+		if from.FieldRef != nil && from.FieldRef.APIVersion == "" {
+			from.FieldRef.APIVersion = "v1"
+		}
+		if from.FileKeyRef != nil && from.FileKeyRef.Optional == nil {
+			from.FileKeyRef.Optional = new(false)
+		}
+	}
 	return applyConfig[corev1ac.EnvVarApplyConfiguration](e)
 }
 
@@ -671,9 +688,18 @@ func toleration(t *corev1.Toleration) *corev1ac.TolerationApplyConfiguration {
 	return applyConfig[corev1ac.TolerationApplyConfiguration](t)
 }
 
+// resources are the worker container's resources as the API server stores
+// them: it rounds quantities up to thousandths of a unit.
 func resources(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
 	if len(r.Limits) == 0 && len(r.Requests) == 0 && len(r.Claims) == 0 {
 		return nil
+	}
+	r = *r.DeepCopy()
+	for _, list := range []corev1.ResourceList{r.Limits, r.Requests} {
+		for name, q := range list {
+			q.RoundUp(-3)
+			list[name] = q
+		}
 	}
 	return applyConfig[corev1ac.ResourceRequirementsApplyConfiguration](&r)
 }

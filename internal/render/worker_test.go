@@ -201,6 +201,42 @@ func TestRenderWorkerDeployment(t *testing.T) {
 			},
 		},
 		{
+			name: "values the API server defaults or rounds are rendered as it stores them",
+			agent: testAgent(func(a *agentsv1.Agent) {
+				a.Spec.Workers = &agentsv1.WorkersSpec{
+					Env: []corev1.EnvVar{
+						{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+						{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{FileKeyRef: &corev1.FileKeySelector{VolumeName: "tmp", Path: "env", Key: "TOKEN"}}},
+					},
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100u")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.5")},
+					},
+				}
+			}),
+			check: func(t *testing.T, w *WorkerObjects) {
+				c := w.Deployment.Spec.Template.Spec.Containers[0]
+				from := map[string]*corev1ac.EnvVarSourceApplyConfiguration{}
+				for _, e := range c.Env {
+					from[*e.Name] = e.ValueFrom
+				}
+				for _, name := range []string{EnvPodName, "NODE"} {
+					if ref := from[name].FieldRef; ref.APIVersion == nil || *ref.APIVersion != "v1" {
+						t.Errorf("%s field reference API version = %v, want v1", name, ref.APIVersion)
+					}
+				}
+				if ref := from["TOKEN"].FileKeyRef; ref.Optional == nil || *ref.Optional {
+					t.Errorf("file key reference optional = %v, want false", ref.Optional)
+				}
+				if got := (*c.Resources.Requests)[corev1.ResourceCPU]; got.String() != "1m" {
+					t.Errorf("cpu request = %s, want 100u rounded up to 1m", got.String())
+				}
+				if got := (*c.Resources.Limits)[corev1.ResourceCPU]; got.String() != "500m" {
+					t.Errorf("cpu limit = %s, want 500m", got.String())
+				}
+			},
+		},
+		{
 			name:  "engine TLS mounts the Secret and names only the files it has",
 			agent: testAgent(withEngineTLS("engine-tls")),
 			obs:   observed(secret("engine-tls", map[string]string{"ca.crt": "ca"})),
