@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -66,18 +65,18 @@ func runDemo(args []string) (err error) {
 		_ = os.RemoveAll(dir)
 	}()
 
-	l, err := net.Listen("tcp", net.JoinHostPort(testcluster.GatewayIP, "0"))
-	if err != nil {
-		return err
-	}
-	hostPort := l.Addr().String()
-	_ = l.Close()
-	step("starting a Temporal dev server at %s, where pods reach it", hostPort)
-	server, err := devserver.StartAt(ctx, *temporal, hostPort)
+	server, err := devserver.Start(ctx, *temporal)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = server.Stop() }()
+	forward, err := testcluster.Forward(server.FrontendHostPort())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = forward.Close() }()
+	hostPort := forward.Address()
+	step("started a Temporal dev server at %s; pods reach it at %s", server.FrontendHostPort(), hostPort)
 
 	run := func(name string, args ...string) error {
 		cmd := exec.CommandContext(ctx, name, args...)

@@ -35,17 +35,10 @@ var args = []string{
 // Start starts a dev server from the CLI at path, with extra arguments such
 // as dynamic configuration. Stop it with its Stop.
 func Start(ctx context.Context, cli string, extra ...string) (*testsuite.DevServer, error) {
-	return StartAt(ctx, cli, "", extra...)
-}
-
-// StartAt is Start listening on hostPort, for workers that reach the server
-// from elsewhere than loopback, such as pods; empty picks a free loopback
-// port.
-func StartAt(ctx context.Context, cli, hostPort string, extra ...string) (*testsuite.DevServer, error) {
 	quiet := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath:  cli,
-		ClientOptions: &client.Options{HostPort: hostPort, Namespace: Namespace, Logger: quiet},
+		ClientOptions: &client.Options{Namespace: Namespace, Logger: quiet},
 		LogLevel:      "error",
 		SearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeywordList(engine.ActiveStepsAttribute).ValueSet(nil)),

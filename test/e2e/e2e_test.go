@@ -56,7 +56,7 @@ func installChart(t *testing.T) {
 	registry := cfg.registry
 	helm(t, "install", "stepwise", "../../charts/stepwise", "--namespace", operatorNamespace, "--create-namespace",
 		"--set", "image.registry="+registry, "--set", "image.tag="+cfg.version,
-		"--set", "engine.address="+engine.FrontendHostPort(),
+		"--set", "engine.address="+engineForPods,
 		"--wait", "--timeout", wait.String())
 	var deploy appsv1.DeploymentList
 	if err := kube.List(context.Background(), &deploy, client.InNamespace(operatorNamespace)); err != nil {

@@ -9,7 +9,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +36,8 @@ var (
 	cfg     env
 	cluster *testcluster.Cluster
 	engine  *testsuite.DevServer
+	// engineForPods is the engine's address as pods reach it.
+	engineForPods string
 	kube    client.Client
 	core    *kubernetes.Clientset
 )
@@ -99,18 +100,20 @@ func run(m *testing.M) int {
 		}
 	}()
 
-	// Pods reach the engine on the bridge, where only this host listens.
-	port, err := freePort()
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	engine, err = devserver.StartAt(ctx, cfg.temporal, net.JoinHostPort(testcluster.GatewayIP, fmt.Sprint(port)))
+	engine, err = devserver.Start(ctx, cfg.temporal)
 	if err != nil {
 		fmt.Println(err)
 		return 1
 	}
 	defer func() { _ = engine.Stop() }()
+	// Pods reach the engine on the bridge, where only this host listens.
+	forward, err := testcluster.Forward(engine.FrontendHostPort())
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer func() { _ = forward.Close() }()
+	engineForPods = forward.Address()
 
 	rest, err := cluster.RESTConfig()
 	if err != nil {
@@ -139,15 +142,6 @@ func run(m *testing.M) int {
 
 // image is the reference the images were built and imported under.
 func image(name string) string { return cfg.registry + "/" + name + ":" + cfg.version }
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(testcluster.GatewayIP, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // kubectl runs kubectl as the administrator and returns its output.
 func kubectl(t testing.TB, args ...string) string {
@@ -187,7 +181,7 @@ func dumpState() {
 		{"get", "nodes,pods,deployments,replicasets", "-A", "-o", "wide"},
 		{"get", "stepwise", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by", ".lastTimestamp"},
-		{"logs", "-n", "stepwise-system", "-l", "app.kubernetes.io/name=stepwise-operator", "--tail", "100"},
+		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/component=operator", "--tail", "100"},
 	} {
 		out, _ := kubectlErr(args...)
 		fmt.Printf("--- kubectl %s\n%s\n", strings.Join(args, " "), out)
