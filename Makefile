@@ -7,6 +7,7 @@ CONTROLLER_GEN_VERSION := $(call tool_version,controller-gen,sigs.k8s.io/control
 GOLANGCI_LINT_VERSION  := $(call tool_version,golangci-lint,github.com/golangci/golangci-lint/v2)
 TEMPORAL_VERSION       := $(call tool_version,temporal,github.com/temporalio/cli)
 WORKFLOWCHECK_VERSION  := $(call tool_version,workflowcheck,go.temporal.io/sdk/contrib/tools/workflowcheck)
+CRANE_VERSION          := $(call tool_version,crane,github.com/google/go-containerregistry)
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -16,6 +17,7 @@ ETCD_DIR       := $(BIN)/etcd-$(ETCD_VERSION)
 ENVTEST_ASSETS := $(BIN)/envtest-k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
 TEMPORAL       := $(BIN)/temporal-$(TEMPORAL_VERSION)/temporal
 WORKFLOWCHECK  := $(BIN)/workflowcheck-$(WORKFLOWCHECK_VERSION)
+CRANE          := $(BIN)/crane-$(CRANE_VERSION)
 # The reference MCP servers, from npm, cached by the digest of their lock.
 MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
 
@@ -23,6 +25,12 @@ MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/pa
 GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go
 
 GO_TEST_FLAGS ?= -count=1
+
+# The release: the operator's version and the tag of every image. Images are
+# named $(REGISTRY)/<name>:$(VERSION).
+VERSION    ?= 0.4.0
+REGISTRY   ?= ghcr.io/stepwise-run
+IMAGES_DIR ?= $(BIN)/images
 
 .DEFAULT_GOAL := help
 SHELL := /usr/bin/env bash -o pipefail
@@ -95,6 +103,21 @@ build: ## Build the operator, the stock worker, the example worker and the CLI i
 	go build -o $(BIN)/support-worker ./examples/support-worker
 	go build -o $(BIN)/stepwise ./cmd/stepwise
 
+.PHONY: images
+images: ## Build the OCI image archives of the operator, the workers and the pause image into bin/images, with no container engine.
+	go run ./hack/images --version $(VERSION) --registry $(REGISTRY) --out $(IMAGES_DIR)
+
+.PHONY: push-images
+push-images: $(CRANE) ## Push the archives in bin/images to $(REGISTRY) as <name>:$(VERSION), digests unchanged.
+	@archives=$$(ls $(IMAGES_DIR)/*.tar 2>/dev/null); \
+	if [ -z "$$archives" ]; then echo "no image archives in $(IMAGES_DIR); run make images first"; exit 1; fi; \
+	layout=$$(mktemp -d); trap 'rm -rf "$$layout"' EXIT; \
+	for archive in $$archives; do \
+		name=$$(basename $$archive .tar); \
+		rm -rf "$$layout"/* && tar -xf $$archive -C "$$layout" && \
+		$(CRANE) push "$$layout" $(REGISTRY)/$$name:$(VERSION) || exit 1; \
+	done
+
 .PHONY: run
 run: build envtest temporal ## Run the local default: API server, Temporal, operator, example worker and a demo session; print it; stop it all.
 	go run ./hack/local --assets $(ENVTEST_ASSETS) --temporal $(TEMPORAL) --manager $(BIN)/manager \
@@ -146,6 +169,12 @@ $(CONTROLLER_GEN):
 
 $(GOLANGCI_LINT):
 	cd hack/tools/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+.PHONY: crane
+crane: $(CRANE) ## Build crane, which pushes the image archives and serves a registry for the push test, into bin/.
+
+$(CRANE):
+	cd hack/tools/crane && go build -o $@ github.com/google/go-containerregistry/cmd/crane
 
 $(WORKFLOWCHECK):
 	cd hack/tools/workflowcheck && go build -o $@ go.temporal.io/sdk/contrib/tools/workflowcheck
