@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/x509roots/fallback/bundle"
@@ -320,10 +321,19 @@ func writeArchive(path string, img v1.Image, spec imageSpec, rel release) error 
 	if err != nil {
 		return fmt.Errorf("image %s: OCI layout: %w", spec.Name, err)
 	}
-	err = lp.AppendImage(img,
-		layout.WithAnnotations(indexAnnotations(spec, rel)),
-		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: rel.Arch}))
+	if err := lp.WriteImage(img); err != nil {
+		return fmt.Errorf("image %s: OCI layout: %w", spec.Name, err)
+	}
+	desc, err := partial.Descriptor(img)
 	if err != nil {
+		return fmt.Errorf("image %s: %w", spec.Name, err)
+	}
+	// The library fills in artifactType from the config's media type; the
+	// image spec keeps that field for artifacts, and this is an image.
+	desc.ArtifactType = ""
+	desc.Annotations = indexAnnotations(spec, rel)
+	desc.Platform = &v1.Platform{OS: "linux", Architecture: rel.Arch}
+	if err := lp.AppendDescriptor(*desc); err != nil {
 		return fmt.Errorf("image %s: OCI layout: %w", spec.Name, err)
 	}
 	entries, err := layoutEntries(dir)

@@ -123,6 +123,7 @@ func TestArchivesHoldOneNamedNonRootImage(t *testing.T) {
 			desc := index.Manifests[0]
 			assert.Equal(t, b.Digest, desc.Digest)
 			assert.Equal(t, types.OCIManifestSchema1, desc.MediaType)
+			assert.Empty(t, desc.ArtifactType, "an image, not an artifact")
 			assert.Equal(t, b.Reference, desc.Annotations["org.opencontainers.image.ref.name"])
 			assert.Equal(t, b.Reference, desc.Annotations["io.containerd.image.name"])
 			require.NotNil(t, desc.Platform)
