@@ -1,6 +1,3 @@
-# The project's release: the operator and worker images and the Helm chart.
-VERSION ?= 0.4.0
-
 # Tools are built from the pinned modules under hack/tools into bin/, one
 # file or directory per version, so a second run never rebuilds them.
 tool_version = $(shell awk '$$1=="$(2)" {print $$2; exit}' hack/tools/$(1)/go.mod)
@@ -12,6 +9,7 @@ TEMPORAL_VERSION       := $(call tool_version,temporal,github.com/temporalio/cli
 WORKFLOWCHECK_VERSION  := $(call tool_version,workflowcheck,go.temporal.io/sdk/contrib/tools/workflowcheck)
 HELM_VERSION           := $(call tool_version,helm,helm.sh/helm/v4)
 KUBECONFORM_VERSION    := $(call tool_version,kubeconform,github.com/yannh/kubeconform)
+CRANE_VERSION          := $(call tool_version,crane,github.com/google/go-containerregistry)
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -23,6 +21,7 @@ TEMPORAL       := $(BIN)/temporal-$(TEMPORAL_VERSION)/temporal
 WORKFLOWCHECK  := $(BIN)/workflowcheck-$(WORKFLOWCHECK_VERSION)
 HELM           := $(BIN)/helm-$(HELM_VERSION)
 KUBECONFORM    := $(BIN)/kubeconform-$(KUBECONFORM_VERSION)
+CRANE          := $(BIN)/crane-$(CRANE_VERSION)
 # The reference MCP servers, from npm, cached by the digest of their lock.
 MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
 
@@ -37,6 +36,12 @@ GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.de
 	$(CHART)/crds $(CHART)/files/role.yaml
 
 GO_TEST_FLAGS ?= -count=1
+
+# The release: the operator's version, the tag of every image and the Helm
+# chart's version. Images are named $(REGISTRY)/<name>:$(VERSION).
+VERSION    ?= 0.4.0
+REGISTRY   ?= ghcr.io/stepwise-run
+IMAGES_DIR ?= $(BIN)/images
 
 .DEFAULT_GOAL := help
 SHELL := /usr/bin/env bash -o pipefail
@@ -133,6 +138,21 @@ build: ## Build the operator, the stock worker, the example worker and the CLI i
 	go build -o $(BIN)/support-worker ./examples/support-worker
 	go build -o $(BIN)/stepwise ./cmd/stepwise
 
+.PHONY: images
+images: ## Build the OCI image archives of the operator, the workers and the pause image into bin/images, with no container engine.
+	go run ./hack/images --version $(VERSION) --registry $(REGISTRY) --out $(IMAGES_DIR)
+
+.PHONY: push-images
+push-images: $(CRANE) ## Push the archives in bin/images (not the tests' e2e-worker) to $(REGISTRY) as <name>:$(VERSION), digests unchanged.
+	@archives=$$(ls $(IMAGES_DIR)/*.tar 2>/dev/null | grep -v '/e2e-'); \
+	if [ -z "$$archives" ]; then echo "no image archives in $(IMAGES_DIR); run make images first"; exit 1; fi; \
+	layout=$$(mktemp -d); trap 'rm -rf "$$layout"' EXIT; \
+	for archive in $$archives; do \
+		name=$$(basename $$archive .tar); \
+		rm -rf "$$layout"/* && tar -xf $$archive -C "$$layout" && \
+		$(CRANE) push "$$layout" $(REGISTRY)/$$name:$(VERSION) || exit 1; \
+	done
+
 .PHONY: run
 run: build envtest temporal ## Run the local default: API server, Temporal, operator, example worker and a demo session; print it; stop it all.
 	go run ./hack/local --assets $(ENVTEST_ASSETS) --temporal $(TEMPORAL) --manager $(BIN)/manager \
@@ -226,6 +246,12 @@ $(CONTROLLER_GEN):
 
 $(GOLANGCI_LINT):
 	cd hack/tools/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+.PHONY: crane
+crane: $(CRANE) ## Build crane, which pushes the image archives and serves a registry for the push test, into bin/.
+
+$(CRANE):
+	cd hack/tools/crane && go build -o $@ github.com/google/go-containerregistry/cmd/crane
 
 $(WORKFLOWCHECK):
 	cd hack/tools/workflowcheck && go build -o $@ go.temporal.io/sdk/contrib/tools/workflowcheck
