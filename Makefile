@@ -107,10 +107,11 @@ chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its re
 	$(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)' config/samples
 
 .PHONY: test
-test: verify-tree verify-gen vet lint envtest temporal mcp-servers chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, and every test on a real API server, Temporal dev server and MCP servers.
+test: verify-tree verify-gen vet lint envtest temporal mcp-servers chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server and MCP servers, then the end-to-end suite on a real single-node cluster.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
 	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) \
 		go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory e2e
 
 .PHONY: record-histories
 record-histories: temporal ## Record this engine version's session histories, which later versions must replay.
@@ -161,7 +162,7 @@ run: build envtest temporal ## Run the local default: API server, Temporal, oper
 ##@ The test cluster
 
 .PHONY: run-cluster
-run-cluster: cluster-tools images helm temporal ## The local default's demo on real pods: a single-node cluster, the chart, the samples, the demo session; then stop it all.
+run-cluster: cluster-tools images $(HELM) temporal ## The local default's demo on real pods: a single-node cluster, the chart, the samples, the demo session; then stop it all.
 	go run ./hack/cluster demo $(CLUSTER_ARGS) --helm $(HELM) --temporal $(TEMPORAL) \
 		--registry $(REGISTRY) --version $(VERSION) $(BIN)/images/*.tar
 
@@ -177,7 +178,7 @@ cluster-down: ## Stop the cluster make cluster started and restore what it chang
 	go run ./hack/cluster down --dir $(CLUSTER_DIR)
 
 .PHONY: e2e
-e2e: cluster-tools images helm temporal ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods.
+e2e: cluster-tools images $(HELM) temporal ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods.
 	STEPWISE_E2E_KUBE_BIN=$(KUBE_DIR) STEPWISE_E2E_ETCD=$(ETCD_DIR)/etcd STEPWISE_E2E_IMAGES=$(BIN)/images \
 	STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION) STEPWISE_HELM=$(HELM) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) \
 		go test -count=1 -v -timeout 40m ./test/e2e/

@@ -125,12 +125,27 @@ func scaleAgent(t *testing.T) {
 func taskSlots(t *testing.T) {
 	kubectl(t, "patch", "agent", "support", "--type", "merge", "-p", `{"spec":{"workers":{"taskSlots":7}}}`)
 	waitRolledOut(t, "support", 2)
-	for _, p := range workerPods(t, "support", 2) {
-		waitFor(t, "pod "+p.Name+" to log taskSlots 7", func() (bool, error) {
+	// Pods of the old template may still be listed while they stop: wait
+	// until the running ones are two new workers that say what they run with.
+	waitFor(t, "two Ready support pods that log taskSlots 7", func() (bool, error) {
+		pods, err := listWorkerPods("support")
+		if err != nil {
+			return false, err
+		}
+		running := 0
+		for i := range pods {
+			p := &pods[i]
+			if p.DeletionTimestamp != nil {
+				continue
+			}
 			logs, err := kubectlErr("logs", "-n", "default", p.Name)
-			return strings.Contains(logs, `"taskSlots":7`) || strings.Contains(logs, "taskSlots=7"), err
-		})
-	}
+			if err != nil || !podReady(p) || !strings.Contains(logs, `"taskSlots":7`) {
+				return false, err
+			}
+			running++
+		}
+		return running == 2, nil
+	})
 }
 
 func rotateSecret(t *testing.T) {
@@ -203,8 +218,13 @@ spec:
 		}
 		for _, a := range desc.PendingActivities {
 			if a.State == enumspb.PENDING_ACTIVITY_STATE_STARTED && a.LastWorkerIdentity != "" {
-				_, host, _ := strings.Cut(a.LastWorkerIdentity, "@")
-				runner = host
+				// The SDK's identity is "<pid>@<host name>@"; a pod's host
+				// name is its name.
+				parts := strings.Split(a.LastWorkerIdentity, "@")
+				if len(parts) < 2 || parts[1] == "" {
+					return false, fmt.Errorf("worker identity %q names no host", a.LastWorkerIdentity)
+				}
+				runner = parts[1]
 				return true, nil
 			}
 		}

@@ -183,7 +183,7 @@ func dumpState() {
 		{"get", "events", "-A", "--sort-by", ".lastTimestamp"},
 		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/component=operator", "--tail", "100"},
 	} {
-		out, _ := kubectlErr(args...)
-		fmt.Printf("--- kubectl %s\n%s\n", strings.Join(args, " "), out)
+		out, err := kubectlErr(args...)
+		fmt.Printf("--- kubectl %s (%v)\n%s\n", strings.Join(args, " "), err, out)
 	}
 }
