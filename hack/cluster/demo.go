@@ -41,8 +41,8 @@ func runDemo(args []string) (err error) {
 		return errors.New("--kube-bin, --etcd, --helm, --temporal, --registry and --version are required: run through make run-cluster")
 	}
 	opts.SandboxImage = *registry + "/pause:" + *version
-	step := func(format string, a ...any) { fmt.Printf("\n==> "+format+"\n", a...) }
-	opts.Log = func(format string, a ...any) { fmt.Printf("--- "+format+"\n", a...) }
+	step := func(format string, a ...any) { fmt.Fprintf(os.Stdout, "\n==> "+format+"\n", a...) }
+	opts.Log = func(format string, a ...any) { fmt.Fprintf(os.Stdout, "--- "+format+"\n", a...) }
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

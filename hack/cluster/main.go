@@ -57,14 +57,14 @@ func up(args []string) error {
 	if opts.KubeBin == "" || opts.Etcd == "" || opts.SandboxImage == "" {
 		return errors.New("--kube-bin, --etcd and --sandbox-image are required: run through make cluster")
 	}
-	opts.Log = func(format string, a ...any) { fmt.Printf("--- "+format+"\n", a...) }
+	opts.Log = func(format string, a ...any) { fmt.Fprintf(os.Stdout, "--- "+format+"\n", a...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := testcluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
-	fmt.Printf(`The cluster runs: one node, %s, pods on %s, no kube-proxy or cluster DNS.
+	fmt.Fprintf(os.Stdout, `The cluster runs: one node, %s, pods on %s, no kube-proxy or cluster DNS.
   export KUBECONFIG=%s
   Pods reach this host at %s. Logs: %s/logs. Stop it with: make cluster-down
 `, testcluster.NodeName, testcluster.Bridge, c.Kubeconfig(), testcluster.GatewayIP, c.Dir())
@@ -85,6 +85,6 @@ func down(args []string) error {
 	if err := os.RemoveAll(*dir); err != nil {
 		return err
 	}
-	fmt.Println("--- the cluster is stopped and the host restored")
+	fmt.Fprintln(os.Stdout, "--- the cluster is stopped and the host restored")
 	return nil
 }

@@ -212,11 +212,11 @@ spec:
 	// The tool Step runs on one of the two pods: the engine tells which.
 	var runner string
 	waitFor(t, "the slow_export Step to start on a worker", func() (bool, error) {
-		desc, err := engine.Client().DescribeWorkflowExecution(ctx, id, "")
+		desc, err := engine.Client().DescribeWorkflow(ctx, id, "")
 		if err != nil {
 			return false, nil
 		}
-		for _, a := range desc.PendingActivities {
+		for _, a := range desc.RawResponse.GetPendingActivities() {
 			if a.State == enumspb.PENDING_ACTIVITY_STATE_STARTED && a.LastWorkerIdentity != "" {
 				// The SDK's identity is "<pid>@<host name>@"; a pod's host
 				// name is its name.

@@ -38,8 +38,8 @@ var (
 	engine  *testsuite.DevServer
 	// engineForPods is the engine's address as pods reach it.
 	engineForPods string
-	kube    client.Client
-	core    *kubernetes.Clientset
+	kube          client.Client
+	core          *kubernetes.Clientset
 )
 
 func TestMain(m *testing.M) {
@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 		version:  os.Getenv("STEPWISE_E2E_VERSION"),
 	}
 	if cfg.kubeBin == "" || cfg.etcd == "" || cfg.images == "" || cfg.helm == "" || cfg.temporal == "" || cfg.registry == "" || cfg.version == "" {
-		fmt.Println("skipping the end-to-end suite: run it with make e2e, which builds the cluster's binaries, the images and Helm")
+		fmt.Fprintln(os.Stdout, "skipping the end-to-end suite: run it with make e2e, which builds the cluster's binaries, the images and Helm")
 		os.Exit(0)
 	}
 	os.Exit(run(m))
@@ -64,52 +64,52 @@ func run(m *testing.M) int {
 	defer cancel()
 	dir, err := os.MkdirTemp("", "stepwise-e2e-")
 	if err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
 	archives, err := filepath.Glob(filepath.Join(cfg.images, "*.tar"))
 	if err != nil || len(archives) == 0 {
-		fmt.Printf("no image archives in %s: %v\n", cfg.images, err)
+		fmt.Fprintf(os.Stdout, "no image archives in %s: %v\n", cfg.images, err)
 		return 1
 	}
-	logf := func(format string, args ...any) { fmt.Printf("e2e: "+format+"\n", args...) }
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stdout, "e2e: "+format+"\n", args...) }
 	cluster, err = testcluster.Start(ctx, testcluster.Options{
 		Dir: dir, KubeBin: cfg.kubeBin, Etcd: cfg.etcd, Images: archives,
 		SandboxImage: image("pause"), Log: logf,
 	})
 	if err != nil {
-		fmt.Println("starting the test cluster:", err)
+		fmt.Fprintln(os.Stdout, "starting the test cluster:", err)
 		return 1
 	}
 	code := 0
 	defer func() {
 		logf("stopping the cluster")
 		if err := cluster.Stop(); err != nil {
-			fmt.Println("stopping the test cluster:", err)
+			fmt.Fprintln(os.Stdout, "stopping the test cluster:", err)
 			code = 1
 		}
 		diffs, err := cluster.Host.Differences()
 		if err != nil || len(diffs) > 0 {
-			fmt.Printf("the stopped cluster left the host changed: %v\n%s\n", err, strings.Join(diffs, "\n"))
+			fmt.Fprintf(os.Stdout, "the stopped cluster left the host changed: %v\n%s\n", err, strings.Join(diffs, "\n"))
 			code = 1
 		}
 		if code == 0 {
 			_ = os.RemoveAll(dir)
 		} else {
-			fmt.Println("the cluster's logs are in", filepath.Join(dir, "logs"))
+			fmt.Fprintln(os.Stdout, "the cluster's logs are in", filepath.Join(dir, "logs"))
 		}
 	}()
 
 	engine, err = devserver.Start(ctx, cfg.temporal)
 	if err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
 	defer func() { _ = engine.Stop() }()
 	// Pods reach the engine on the bridge, where only this host listens.
 	forward, err := testcluster.Forward(engine.FrontendHostPort())
 	if err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
 	defer func() { _ = forward.Close() }()
@@ -117,20 +117,20 @@ func run(m *testing.M) int {
 
 	rest, err := cluster.RESTConfig()
 	if err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
 	scheme, err := controller.NewScheme()
 	if err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
 	if kube, err = client.New(rest, client.Options{Scheme: scheme}); err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
 	if core, err = kubernetes.NewForConfig(rest); err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
 	code = m.Run()
@@ -184,6 +184,6 @@ func dumpState() {
 		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/component=operator", "--tail", "100"},
 	} {
 		out, err := kubectlErr(args...)
-		fmt.Printf("--- kubectl %s (%v)\n%s\n", strings.Join(args, " "), err, out)
+		fmt.Fprintf(os.Stdout, "--- kubectl %s (%v)\n%s\n", strings.Join(args, " "), err, out)
 	}
 }
