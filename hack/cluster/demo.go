@@ -34,13 +34,16 @@ func runDemo(args []string) (err error) {
 	version := fs.String("version", "", "The images' tag.")
 	chart := fs.String("chart", "charts/stepwise", "The operator's chart.")
 	samples := fs.String("samples", "config/samples", "Directory of manifests to apply.")
+	fs.StringVar(&opts.SandboxImage, "sandbox-image", "", "Reference of the pause image among the image archives (default: <registry>/pause:<version>).")
 	keep := fs.Bool("wait", false, "Keep everything running until interrupted, to explore with kubectl.")
 	_ = fs.Parse(args)
 	opts.Images = fs.Args()
 	if opts.KubeBin == "" || opts.Etcd == "" || *helm == "" || *temporal == "" || *registry == "" || *version == "" {
 		return errors.New("--kube-bin, --etcd, --helm, --temporal, --registry and --version are required: run through make run-cluster")
 	}
-	opts.SandboxImage = *registry + "/pause:" + *version
+	if opts.SandboxImage == "" {
+		opts.SandboxImage = *registry + "/pause:" + *version
+	}
 	step := func(format string, a ...any) { fmt.Fprintf(os.Stdout, "\n==> "+format+"\n", a...) }
 	opts.Log = func(format string, a ...any) { fmt.Fprintf(os.Stdout, "--- "+format+"\n", a...) }
 
