@@ -137,7 +137,7 @@ func TestArchivesHoldOneNamedNonRootImage(t *testing.T) {
 				"org.opencontainers.image.source":   "https://github.com/stepwise-run/stepwise",
 				"org.opencontainers.image.created":  rel.Created.UTC().Format(time.RFC3339),
 			}
-			if b.Spec.Name == "agent-worker" || b.Spec.Name == "support-worker" {
+			if b.Spec.Worker {
 				wantLabels["run.stepwise.engine-version"] = version.EngineVersion
 			}
 			assert.Len(t, rel.Revision, 40)
