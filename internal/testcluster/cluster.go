@@ -123,7 +123,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("the test cluster needs the CNI plugins in %s (Debian package containernetworking-plugins): %w", cniBinDir, err)
 	}
 	if _, err := net.InterfaceByName(Bridge); err == nil {
-		return nil, fmt.Errorf("network device %s exists: another test cluster runs on this host (stop it with make cluster-down)", Bridge)
+		return nil, fmt.Errorf("network device %s exists: another test cluster runs on this host; stop it with "+
+			"make cluster-down (CLUSTER_DIR=<its directory> for one not in the default place)", Bridge)
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
