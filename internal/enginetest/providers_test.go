@@ -297,18 +297,37 @@ func TestSessionSettingsChooseAmongTheStockWorkersModels(t *testing.T) {
 // careless is an OpenAI-compatible server as LM Studio, llama.cpp or a
 // proxy behaves: it cuts the turn's first stream (so RunModel is retried),
 // then calls the ledger's balance three times with an empty ID and call_0
-// twice, and in the next turn calls it with call_0 again.
+// twice, and in the next turn calls it with call_0 again. It answers from
+// what each request holds, not from how many came before, so an attempt
+// the engine retries for its own reasons (a missed heartbeat on a loaded
+// machine) gets the same answer again.
 type careless struct {
 	mu       sync.Mutex
 	requests []string
+	cut      bool
 }
 
 func (c *careless) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Messages []struct {
+			Role    string `json:"role"`
+			Content any    `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
 	c.mu.Lock()
 	c.requests = append(c.requests, string(body))
-	n := len(c.requests)
+	cutThis := !c.cut
+	c.cut = true
 	c.mu.Unlock()
+	var lastRole, lastUser string
+	for _, m := range req.Messages {
+		lastRole = m.Role
+		if m.Role == "user" {
+			lastUser = fmt.Sprint(m.Content)
+		}
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	chunk := func(delta, finish string) {
 		f := "null"
@@ -320,20 +339,22 @@ func (c *careless) serve(w http.ResponseWriter, r *http.Request) {
 	call := func(index int, id, note string) string {
 		return fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":"ledger__balance","arguments":"{\"note\":\"%s\"}"}}]}`, index, id, note)
 	}
-	switch n {
-	case 1:
+	switch {
+	case lastRole == "tool" && strings.Contains(lastUser, "balances please"):
+		chunk(`{"role":"assistant","content":"done after balances"}`, "stop")
+	case lastRole == "tool":
+		chunk(`{"role":"assistant","content":"done after again"}`, "stop")
+	case strings.Contains(lastUser, "balances please") && cutThis:
 		chunk(call(0, "", "cut"), "")
 		return // no finish reason: a broken stream, retried
-	case 2:
+	case strings.Contains(lastUser, "balances please"):
 		chunk(call(0, "", "first"), "")
 		chunk(call(1, "call_0", "second"), "")
 		chunk(call(2, "call_0", "third"), "")
 		chunk(`{}`, "tool_calls")
-	case 4:
+	default:
 		chunk(call(0, "call_0", "again"), "")
 		chunk(`{}`, "tool_calls")
-	default:
-		chunk(fmt.Sprintf(`{"role":"assistant","content":"done %d"}`, n), "stop")
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
@@ -356,13 +377,13 @@ func TestEmptyAndRepeatedToolCallIDsFromAnOpenAICompatibleServer(t *testing.T) {
 	if ok, err := sessions.Start(ctx, "s1", "balances please"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
-	if answer := lastAnswer(t, sessions, "s1", 1); answer != "done 3" {
+	if answer := lastAnswer(t, sessions, "s1", 1); answer != "done after balances" {
 		t.Fatalf("turn 1 answer = %q", answer)
 	}
 	if ok, err := sessions.Send(ctx, "s1", "again"); !ok || err != nil {
 		t.Fatalf("Send = %v, %v", ok, err)
 	}
-	if answer := lastAnswer(t, sessions, "s1", 2); answer != "done 5" {
+	if answer := lastAnswer(t, sessions, "s1", 2); answer != "done after again" {
 		t.Fatalf("turn 2 answer = %q", answer)
 	}
 
@@ -375,8 +396,8 @@ func TestEmptyAndRepeatedToolCallIDsFromAnOpenAICompatibleServer(t *testing.T) {
 	provider.mu.Lock()
 	requests := append([]string(nil), provider.requests...)
 	provider.mu.Unlock()
-	if len(requests) != 5 {
-		t.Fatalf("the provider got %d requests, want 5 (one retried)", len(requests))
+	if len(requests) < 5 {
+		t.Fatalf("the provider got %d requests, want at least 5 (one retried)", len(requests))
 	}
 	var last struct {
 		Messages []struct {
@@ -391,7 +412,7 @@ func TestEmptyAndRepeatedToolCallIDsFromAnOpenAICompatibleServer(t *testing.T) {
 			} `json:"tool_calls"`
 		} `json:"messages"`
 	}
-	if err := json.Unmarshal([]byte(requests[4]), &last); err != nil {
+	if err := json.Unmarshal([]byte(requests[len(requests)-1]), &last); err != nil {
 		t.Fatal(err)
 	}
 	results := map[string]string{}
