@@ -1,0 +1,171 @@
+// Package rollout holds the worker version rules and the rollout planner.
+//
+// The rules are data: each engine version says which earlier versions its
+// workers may run beside on one task queue, and which session features it
+// brings. The planner turns an Agent's desired workers and what the cluster
+// and the engine report into one plan; the controller carries it out. Both
+// are plain Go, so every case is a table test without a cluster.
+package rollout
+
+import (
+	"slices"
+
+	"github.com/stepwise-run/stepwise/internal/version"
+)
+
+// Feature is a session capability that only workers of some engine versions
+// serve. A feature is in effect for a Flow type only while every worker that
+// can take its sessions runs a version that has it.
+type Feature string
+
+// Session features, named as status lists them.
+const (
+	// FeatureSessionSettings: update_session_settings, and the model and
+	// tool choices it carries.
+	FeatureSessionSettings Feature = "sessionSettings"
+	// FeatureSteering: steer_user_message, delete_queued_message and
+	// cancel_turn.
+	FeatureSteering Feature = "steering"
+	// FeaturePlans: plan mode and execute_plan.
+	FeaturePlans Feature = "plans"
+	// FeatureOrderedWrites: writes of one model response that run one after
+	// another, each after the one before it succeeded.
+	FeatureOrderedWrites Feature = "orderedWrites"
+)
+
+// Release is one engine version's row of the rules.
+type Release struct {
+	// EngineVersion is the version this row describes.
+	EngineVersion string
+	// RunsBeside lists the earlier engine versions whose workers may poll
+	// one task queue together with this version's: each can replay every
+	// history the other writes while the features this version adds are
+	// not in effect. Every earlier version not listed must be stopped
+	// before a worker of this version starts.
+	RunsBeside []string
+	// Adds lists the session features this version brings.
+	Adds []Feature
+	// Changes says, for people, what this version changed in the session
+	// Flow and why older workers cannot run beside it.
+	Changes string
+	// FlowGraphDigest is the digest of this version's session Flow graph
+	// document for the Flow type GraphCheckFlowType. A test recomputes it,
+	// so a change to the session Flow that keeps the version fails until
+	// the version is raised and its row added.
+	FlowGraphDigest string
+}
+
+// GraphCheckFlowType is the Flow type whose graph digests the rules record.
+const GraphCheckFlowType = "RulesCheck"
+
+// Releases are the rules, oldest first; the last is this build's engine
+// version. A release that changes the session Flow adds its row.
+var Releases = []Release{
+	{
+		EngineVersion:   "0.1.0",
+		Changes:         "The first session Flow.",
+		FlowGraphDigest: "sha256:df1795efbbb2bbce250ba5bfbf4b7c464764639cd684b1d8fa2d2a58af44654c",
+	},
+	{
+		EngineVersion: "0.2.0",
+		Adds:          []Feature{FeatureSessionSettings, FeatureSteering, FeaturePlans},
+		Changes: "Updates replace signals for every session action, turns continue as new runs, and compaction, " +
+			"tool tasks, steering, cancel_turn, plans and session settings arrive: a 0.1.0 worker cannot replay " +
+			"a history with 0.2.0 updates.",
+		FlowGraphDigest: "sha256:0672d2601c857e1a19bfbc317311989d15754739f1d75dcb03d313a06f0e5417",
+	},
+	{
+		EngineVersion: "0.3.0",
+		Adds:          []Feature{FeatureOrderedWrites},
+		Changes: "Ordered writes are kept in session state: a 0.2.0 worker must not replay a turn that holds " +
+			"one, since it would run the queued writes at once.",
+		FlowGraphDigest: "sha256:297be1c25e6a0c9cda2e9694677060e770c52bb2d3c77dd0bbcc6c964697875d",
+	},
+	{
+		EngineVersion: "0.4.0",
+		Changes: "The active Step types are written once per workflow task rather than once per change: a 0.3.0 " +
+			"worker replaying a 0.4.0 history would write them more often and fail replay.",
+		FlowGraphDigest: "sha256:b4fc6c1b685b32fa84cb145d288fdd16d7aca1b684689695f6cc63639a07406b",
+	},
+}
+
+// ReleaseOf returns the row of an engine version this build knows.
+func ReleaseOf(engineVersion string) (Release, bool) {
+	i := slices.IndexFunc(Releases, func(r Release) bool { return r.EngineVersion == engineVersion })
+	if i < 0 {
+		return Release{}, false
+	}
+	return Releases[i], true
+}
+
+// Known says whether the rules have a row for an engine version.
+func Known(engineVersion string) bool {
+	_, ok := ReleaseOf(engineVersion)
+	return ok
+}
+
+// Current is this build's engine version.
+func Current() string { return version.EngineVersion }
+
+// RunBeside says whether workers of two engine versions may poll one task
+// queue together. The newer version's row decides; a version the rules do
+// not know runs beside nothing but itself, because nothing says it can.
+func RunBeside(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ra, okA := rank(a)
+	rb, okB := rank(b)
+	if !okA || !okB {
+		return false
+	}
+	older, newer := Releases[min(ra, rb)], Releases[max(ra, rb)]
+	return slices.Contains(newer.RunsBeside, older.EngineVersion)
+}
+
+// Features lists the session features workers of an engine version serve:
+// what it and every version before it added. An unknown version serves
+// none.
+func Features(engineVersion string) []Feature {
+	r, ok := rank(engineVersion)
+	if !ok {
+		return nil
+	}
+	var out []Feature
+	for _, release := range Releases[:r+1] {
+		out = append(out, release.Adds...)
+	}
+	return out
+}
+
+// FeaturesInEffect lists the features every given engine version serves, in
+// the order the rules add them: what a session may use while workers of all
+// these versions can take it. No versions means no workers, and nothing is
+// in effect.
+func FeaturesInEffect(engineVersions []string) []Feature {
+	if len(engineVersions) == 0 {
+		return nil
+	}
+	out := Features(engineVersions[0])
+	for _, v := range engineVersions[1:] {
+		has := Features(v)
+		out = slices.DeleteFunc(out, func(f Feature) bool { return !slices.Contains(has, f) })
+	}
+	return out
+}
+
+// Lacking returns the first of the given engine versions whose workers do
+// not serve a feature, for the message that refuses it.
+func Lacking(feature Feature, engineVersions []string) (string, bool) {
+	for _, v := range engineVersions {
+		if !slices.Contains(Features(v), feature) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func rank(engineVersion string) (int, bool) {
+	i := slices.IndexFunc(Releases, func(r Release) bool { return r.EngineVersion == engineVersion })
+	return i, i >= 0
+}
