@@ -467,19 +467,52 @@ type WorkersSpec struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 }
 
-// WorkerVersion counts the workers that run one engine version.
+// WorkerVersionState is where one worker version stands in a rollout.
+// +kubebuilder:validation:Enum=Pending;Ramping;Current;Draining
+type WorkerVersionState string
+
+// Worker version states.
+const (
+	// WorkerVersionPending: the desired version waits for workers it may
+	// not run beside to stop.
+	WorkerVersionPending WorkerVersionState = "Pending"
+	// WorkerVersionRamping: the desired version is starting.
+	WorkerVersionRamping WorkerVersionState = "Ramping"
+	// WorkerVersionCurrent: the desired version runs, fully available.
+	WorkerVersionCurrent WorkerVersionState = "Current"
+	// WorkerVersionDraining: an earlier version whose workers are stopping.
+	WorkerVersionDraining WorkerVersionState = "Draining"
+)
+
+// WorkerVersion is one version of the Agent's workers: an image carrying
+// an engine version.
 type WorkerVersion struct {
+	// BuildID names the version: its engine version and a digest of its
+	// image.
+	// +required
+	BuildID string `json:"buildID"`
 	// EngineVersion is the session engine version these workers run.
 	// +required
 	EngineVersion string `json:"engineVersion"`
-
-	// Replicas is how many worker pods run this version.
+	// Image is the worker image.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Replicas is how many worker pods run this version, terminating ones
+	// left out.
 	// +optional
 	Replicas int32 `json:"replicas"`
-
 	// ReadyReplicas is how many of them are ready.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas"`
+	// TerminatingReplicas is how many of its pods are terminating.
+	// +optional
+	TerminatingReplicas int32 `json:"terminatingReplicas"`
+	// State is where the version stands in the rollout.
+	// +required
+	State WorkerVersionState `json:"state"`
+	// Since is when the version entered its state.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
 }
 
 // PublishedFlowGraph locates the session Flow graph the operator published.
@@ -525,11 +558,23 @@ type AgentStatus struct {
 	// +optional
 	Selector string `json:"selector,omitempty"`
 
-	// WorkerVersions lists the engine versions of the workers live now.
+	// WorkerVersions lists the desired worker version first, then every
+	// other version that still has pods.
 	// +optional
 	// +listType=map
-	// +listMapKey=engineVersion
+	// +listMapKey=buildID
 	WorkerVersions []WorkerVersion `json:"workerVersions,omitempty"`
+	// RolloutStrategy is how the last rollout moved the workers: Rolling
+	// where the worker version rules let the versions run beside each
+	// other, StopOldFirst where they do not.
+	// +optional
+	RolloutStrategy string `json:"rolloutStrategy,omitempty"`
+	// SessionFeatures lists the session features in effect: those every
+	// worker that can take a session of the Flow type serves. Clients
+	// refuse the others.
+	// +optional
+	// +listType=set
+	SessionFeatures []string `json:"sessionFeatures,omitempty"`
 
 	// TaskQueue is the engine task queue the workers poll; clients start
 	// sessions on it.

@@ -13,6 +13,19 @@ const (
 	// ConditionWorkersAvailable is True when the Agent's worker Deployment has
 	// at least its desired number of available replicas, or is scaled to zero.
 	ConditionWorkersAvailable = "WorkersAvailable"
+	// ConditionProgressing is True while the Agent's workers move to the
+	// desired version, and False with reason RolloutComplete once they all
+	// run it. Its reason says what the rollout waits for; an intended wait,
+	// such as old workers stopping, is not an error.
+	ConditionProgressing = "Progressing"
+	// ConditionReconciling is True while a rollout is under way, with
+	// Progressing's reason; with ConditionStalled it lets tools that read
+	// the standard kstatus conditions, such as Argo CD and Flux, show the
+	// rollout.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the Agent cannot be applied until
+	// something changes, with Ready's reason.
+	ConditionStalled = "Stalled"
 
 	// ConditionInUse is True on a MediaStore while at least one Agent
 	// references it. Deletion of a MediaStore waits until it is False, because
@@ -84,6 +97,30 @@ const (
 	ReasonScaledToZero = "ScaledToZero"
 	// ReasonDeploymentNotCreated: no worker Deployment exists yet.
 	ReasonDeploymentNotCreated = "DeploymentNotCreated"
+	// ReasonRolloutStoppedWorkers: a stop-old-first rollout stopped the
+	// workers; the new ones start once no old one exists or polls (see
+	// ConditionProgressing).
+	ReasonRolloutStoppedWorkers = "RolloutStoppedWorkers"
+)
+
+// Reasons for ConditionProgressing and ConditionReconciling.
+const (
+	// ReasonRolloutComplete: every desired worker is available and no other
+	// version runs.
+	ReasonRolloutComplete = "RolloutComplete"
+	// ReasonRollingUpdate: new workers start beside older ones the worker
+	// version rules let them run beside, or are not all available yet.
+	ReasonRollingUpdate = "RollingUpdate"
+	// ReasonWaitingForOldWorkersStopped: workers the new version may not run
+	// beside are stopping, or polled the task queue too recently; the new
+	// workers start once none exists or polls.
+	ReasonWaitingForOldWorkersStopped = "WaitingForOldWorkersStopped"
+)
+
+// Reasons for ConditionStalled.
+const (
+	// ReasonNotStalled: nothing blocks the Agent.
+	ReasonNotStalled = "NotStalled"
 )
 
 // Reasons for ConditionInUse.

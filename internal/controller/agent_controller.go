@@ -10,13 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
 )
 
@@ -33,6 +33,12 @@ type AgentReconciler struct {
 	// RecheckInterval is how soon an Agent blocked by an object the
 	// operator does not watch is checked again.
 	RecheckInterval time.Duration
+	// Pollers reads who polls an Agent's task queue; without it, a
+	// stop-old-first rollout never starts its new workers.
+	Pollers TaskQueuePollers
+	// PollerQuietPeriod is how long a worker must not have polled to count
+	// as stopped; zero means DefaultPollerQuietPeriod.
+	PollerQuietPeriod time.Duration
 }
 
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
@@ -44,6 +50,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile runs one pass for one Agent: observe what it references, check
@@ -94,6 +101,11 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 			return ctrl.Result{RequeueAfter: r.RecheckInterval}, pass.err
 		}
 	}
+	if plan := pass.rollout; plan != nil && plan.Action != rollout.ActionApply {
+		// Only time tells when a worker stopped polling; the pod and
+		// Deployment watches tell the rest, and this is their backstop.
+		return ctrl.Result{RequeueAfter: max(plan.RecheckAfter, defaultRolloutRecheck)}, pass.err
+	}
 	return ctrl.Result{}, pass.err
 }
 
@@ -139,7 +151,8 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if _, err := r.applyChanged(ctx, worker.ConfigMap, live.configMap); err != nil {
 		return err
 	}
-	applied, err := r.applyChanged(ctx, worker.Deployment, live.deployment)
+	pass.desiredConfigMap = *worker.ConfigMap.Name
+	applied, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
 	if err != nil {
 		return err
 	}
@@ -340,7 +353,9 @@ func (r *AgentReconciler) pruneConfigMaps(ctx context.Context, agent *agentsv1.A
 	}); err != nil {
 		return fmt.Errorf("listing worker configurations: %w", err)
 	}
-	inUse := map[string]bool{render.ConfigMapOf(&pass.deployment.Spec.Template): true}
+	// The configuration a waiting rollout will start its workers with is
+	// kept too.
+	inUse := map[string]bool{render.ConfigMapOf(&pass.deployment.Spec.Template): true, pass.desiredConfigMap: true}
 	for _, rs := range pass.replicaSets {
 		inUse[render.ConfigMapOf(&rs.Spec.Template)] = true
 	}
@@ -366,22 +381,11 @@ func (r *AgentReconciler) keepScale(ctx context.Context, agent *agentsv1.Agent, 
 	if d == nil {
 		return nil
 	}
-	want := int32(1)
-	if agent.Spec.Workers != nil && agent.Spec.Workers.Replicas != nil {
-		want = *agent.Spec.Workers.Replicas
-	}
+	want := render.DesiredReplicas(agent)
 	if pass.lostClaim != "" && d.Labels[render.LabelFlowClaim] == pass.lostClaim {
 		want = 0
 	}
-	if d.Spec.Replicas != nil && *d.Spec.Replicas == want {
-		return nil
-	}
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, want))
-	if err := r.SubResource("scale").Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(render.FieldOwner)); err != nil {
-		return fmt.Errorf("scaling the worker Deployment to %d: %w", want, err)
-	}
-	d.Spec.Replicas = &want
-	return nil
+	return r.scaleDeployment(ctx, d, want)
 }
 
 // applyChanged applies an owned object unless live, the object as read,

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -535,8 +537,8 @@ var _ = Describe("Agent reconciler", func() {
 			Expect(scale.Status.Selector).To(Equal(render.Selector(agent.Name)))
 		})
 
-		It("reports available workers and the engine versions live", func() {
-			agent := agentFixture(ns, "live", withReplicas(2))
+		It("reports available workers and the worker versions live", func() {
+			agent := agentFixture(ns, "live", withReplicas(2), withWorker("registry.example/worker:0.3.0", "0.3.0"))
 			create(agent)
 			expectReady(agent)
 			deployment := workerDeployment(Default, agent)
@@ -546,24 +548,139 @@ var _ = Describe("Agent reconciler", func() {
 				ObservedGeneration: deployment.Generation, Replicas: 2, ReadyReplicas: 2, AvailableReplicas: 2, UpdatedReplicas: 2,
 			}
 			Expect(k8sClient.Status().Update(suiteCtx, deployment)).To(Succeed())
-			for i, version := range []string{"0.1.0", "0.2.0"} {
-				rs := replicaSetOf(deployment, version, version)
-				create(rs)
-				rs.Status = appsv1.ReplicaSetStatus{Replicas: 1, ReadyReplicas: int32(i)}
-				Expect(k8sClient.Status().Update(suiteCtx, rs)).To(Succeed())
+			current := workerOf(deployment)
+			for i := range 2 {
+				setPodReady(createWorkerPod(deployment, fmt.Sprintf("live-%d", i), current), true)
 			}
 
 			Eventually(func(g Gomega) {
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
 				g.Expect(agent.Status.Replicas).To(Equal(int32(2)))
 				g.Expect(agent.Status.ReadyReplicas).To(Equal(int32(2)))
-				g.Expect(agent.Status.WorkerVersions).To(Equal([]agentsv1.WorkerVersion{
-					{EngineVersion: "0.1.0", Replicas: 1, ReadyReplicas: 0},
-					{EngineVersion: "0.2.0", Replicas: 1, ReadyReplicas: 1},
-				}))
+				g.Expect(agent.Status.WorkerVersions).To(HaveLen(1))
+				v := agent.Status.WorkerVersions[0]
+				g.Expect(v.BuildID).To(Equal(current.BuildID()))
+				g.Expect(v.EngineVersion).To(Equal("0.3.0"))
+				g.Expect(v.Image).To(Equal("registry.example/worker:0.3.0"))
+				g.Expect(v.State).To(Equal(agentsv1.WorkerVersionCurrent))
+				g.Expect(v.Replicas).To(Equal(int32(2)))
+				g.Expect(v.ReadyReplicas).To(Equal(int32(2)))
+				g.Expect(agent.Status.SessionFeatures).To(Equal([]string{"sessionSettings", "steering", "plans", "orderedWrites"}))
+				g.Expect(agent.Status.RolloutStrategy).To(Equal("Rolling"))
 			}).Should(Succeed())
 			Eventually(conditionOf(agent, agentsv1.ConditionWorkersAvailable)).Should(
 				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonDeploymentAvailable))
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonRolloutComplete))
+			Eventually(conditionOf(agent, agentsv1.ConditionReconciling)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonRolloutComplete))
+			Eventually(conditionOf(agent, agentsv1.ConditionStalled)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonNotStalled))
+		})
+	})
+
+	Describe("rollouts", func() {
+		It("rolls a new image of the same engine version in place", func() {
+			agent := agentFixture(ns, "patched", withReplicas(2), withWorker("registry.example/worker:0.3.0", "0.3.0"))
+			create(agent)
+			expectReady(agent)
+			createWorkerPod(workerDeployment(Default, agent), "patched-old", workerOf(workerDeployment(Default, agent)))
+
+			Expect(change(agent, func(a *agentsv1.Agent) { a.Spec.Workers.Image = "registry.example/worker:0.3.0-fix" })).To(Succeed())
+			Eventually(func(g Gomega) {
+				d := workerDeployment(g, agent)
+				g.Expect(workerOf(d).Image).To(Equal("registry.example/worker:0.3.0-fix"))
+				g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
+			}).Should(Succeed())
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonRollingUpdate))
+		})
+
+		It("stops every old worker, and waits until none exists or polls, before it starts an engine version they may not run beside", func() {
+			agent := agentFixture(ns, "upgraded", withReplicas(2), withWorker("registry.example/worker:0.2.0", "0.2.0"))
+			create(agent)
+			expectReady(agent)
+			before := workerDeployment(Default, agent)
+			old := workerOf(before)
+			var pods []*corev1.Pod
+			for i := range 2 {
+				pod := createWorkerPod(before, fmt.Sprintf("upgraded-old-%d", i), old)
+				setPodReady(pod, true)
+				pods = append(pods, pod)
+			}
+			Expect(change(agent, func(a *agentsv1.Agent) {
+				a.Spec.Workers.Image, a.Spec.Workers.EngineVersion = "registry.example/worker:0.4.0", "0.4.0"
+			})).To(Succeed())
+			newWorker := rollout.Worker{EngineVersion: "0.4.0", Image: "registry.example/worker:0.4.0"}
+			By("scaling the old workers to zero, keeping their template")
+			Eventually(func(g Gomega) {
+				d := workerDeployment(g, agent)
+				g.Expect(*d.Spec.Replicas).To(BeZero())
+				g.Expect(workerOf(d)).To(Equal(old))
+			}).Should(Succeed())
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonWaitingForOldWorkersStopped))
+			Eventually(conditionOf(agent, agentsv1.ConditionReconciling)).Should(
+				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonWaitingForOldWorkersStopped))
+			Eventually(conditionOf(agent, agentsv1.ConditionWorkersAvailable)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonRolloutStoppedWorkers))
+			Eventually(conditionOf(agent, agentsv1.ConditionStalled)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonNotStalled))
+			Eventually(func(g Gomega) {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				g.Expect(agent.Status.RolloutStrategy).To(Equal("StopOldFirst"))
+				g.Expect(agent.Status.WorkerVersions).To(HaveLen(2))
+				g.Expect(agent.Status.WorkerVersions[0].BuildID).To(Equal(newWorker.BuildID()))
+				g.Expect(agent.Status.WorkerVersions[0].State).To(Equal(agentsv1.WorkerVersionPending))
+				g.Expect(agent.Status.WorkerVersions[1].BuildID).To(Equal(old.BuildID()))
+				g.Expect(agent.Status.WorkerVersions[1].State).To(Equal(agentsv1.WorkerVersionDraining))
+				g.Expect(agent.Status.WorkerVersions[1].Replicas).To(Equal(int32(2)))
+				// Features are those of the oldest version that can still take sessions.
+				g.Expect(agent.Status.SessionFeatures).To(Equal([]string{"sessionSettings", "steering", "plans"}))
+			}).Should(Succeed())
+			By("waiting while old pods terminate")
+			for _, pod := range pods {
+				Expect(k8sClient.Delete(suiteCtx, pod)).To(Succeed()) // the test's finalizer keeps it terminating
+			}
+			Eventually(func(g Gomega) int32 {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				return agent.Status.WorkerVersions[1].TerminatingReplicas
+			}).Should(Equal(int32(2)))
+			Consistently(func(g Gomega) rollout.Worker { return workerOf(workerDeployment(g, agent)) }).Should(Equal(old))
+
+			By("waiting while an old worker polled the task queue too recently")
+			testPollers.set(render.TaskQueue(agent.Spec.FlowType), rollout.Poller{Identity: "1@upgraded-old-0@", TaskQueueType: "workflow", LastAccess: time.Now()})
+			for _, pod := range pods {
+				releasePod(pod)
+			}
+			Eventually(progressingMessage(agent)).Should(ContainSubstring("1@upgraded-old-0@ polled the task queue"))
+			Consistently(func(g Gomega) rollout.Worker { return workerOf(workerDeployment(g, agent)) }).Should(Equal(old))
+
+			By("starting the new workers once no old one exists or polls")
+			testPollers.set(render.TaskQueue(agent.Spec.FlowType))
+			Eventually(func(g Gomega) {
+				d := workerDeployment(g, agent)
+				g.Expect(workerOf(d)).To(Equal(newWorker))
+				g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
+				cm := &corev1.ConfigMap{}
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.ConfigMapOf(&d.Spec.Template)}, cm)).To(Succeed())
+			}).Should(Succeed())
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonRollingUpdate))
+		})
+
+		It("keeps the new workers stopped while the engine cannot say who polls", func() {
+			agent := agentFixture(ns, "unreachable", withWorker("registry.example/worker:0.3.0", "0.3.0"))
+			create(agent)
+			expectReady(agent)
+			old := workerOf(workerDeployment(Default, agent))
+			testPollers.fail(render.TaskQueue(agent.Spec.FlowType), errors.New("connection refused"))
+			Expect(change(agent, func(a *agentsv1.Agent) {
+				a.Spec.Workers.Image, a.Spec.Workers.EngineVersion = "registry.example/worker:0.4.0", "0.4.0"
+			})).To(Succeed())
+			Eventually(progressingMessage(agent)).Should(
+				ContainSubstring("cannot tell whether old workers still poll the task queue: connection refused"))
+			Consistently(func(g Gomega) rollout.Worker { return workerOf(workerDeployment(g, agent)) }).Should(Equal(old))
 		})
 	})
 

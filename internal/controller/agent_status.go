@@ -3,7 +3,7 @@ package controller
 import (
 	"fmt"
 	"slices"
-	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +12,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 )
 
 // agentPass is what one reconcile of an Agent observed and did. Status is
@@ -33,6 +34,11 @@ type agentPass struct {
 	graph *corev1.ConfigMap
 	// replicaSets are the ReplicaSets of the worker Deployment.
 	replicaSets []appsv1.ReplicaSet
+	// rollout is the rollout step this pass planned; nil when the Agent
+	// was not applied.
+	rollout *rollout.Plan
+	// desiredConfigMap is the worker configuration this pass rendered.
+	desiredConfigMap string
 	// observed says which of deployment, graph and replicaSets this pass
 	// read. Status keeps what a pass did not read as it was: a failed read
 	// is not an absent object.
@@ -65,7 +71,7 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 			status.ConfigDigest = d.Spec.Template.Annotations[render.AnnotationConfigDigest]
 			status.TaskQueue = render.TaskQueue(agent.Spec.FlowType)
 		}
-		setWorkersAvailableCondition(&status, agent.Generation, pass.deployment)
+		setWorkersAvailableCondition(&status, agent.Generation, pass.deployment, pass.rollout)
 	}
 	if pass.observed.graph {
 		status.SessionFlowGraph = nil
@@ -76,11 +82,75 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 			}
 		}
 	}
-	if pass.observed.replicaSets {
-		status.WorkerVersions = workerVersions(pass.replicaSets)
+	switch plan := pass.rollout; {
+	case plan != nil:
+		status.WorkerVersions = workerVersionsOf(plan.Versions)
+		status.RolloutStrategy = string(plan.Strategy)
+		setRolloutConditions(&status, agent.Generation, plan)
+	case pass.observed.replicaSets && pass.deployment != nil:
+		status.WorkerVersions = workerVersionsOfReplicaSets(pass.deployment, pass.replicaSets, agent.Status.WorkerVersions)
+	case pass.observed.replicaSets:
+		status.WorkerVersions = nil
 	}
+	status.SessionFeatures = sessionFeatures(status.WorkerVersions)
 	setAgentReadyCondition(&status, agent.Generation, pass)
+	setStalledCondition(&status, agent.Generation, pass)
 	return status
+}
+
+// setRolloutConditions reports the rollout's phase on Progressing and, for
+// kstatus readers, Reconciling.
+func setRolloutConditions(status *agentsv1.AgentStatus, generation int64, plan *rollout.Plan) {
+	for _, t := range []string{agentsv1.ConditionProgressing, agentsv1.ConditionReconciling} {
+		c := metav1.Condition{Type: t, ObservedGeneration: generation, Reason: string(plan.Phase), Message: plan.Message}
+		if plan.Phase == rollout.PhaseComplete {
+			c.Status, c.Reason, c.Message = metav1.ConditionFalse, agentsv1.ReasonRolloutComplete, "every desired worker is available and no other version runs"
+		} else {
+			c.Status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&status.Conditions, c)
+	}
+}
+
+// setStalledCondition is True while the Agent waits for a change to what it
+// references, with Ready's reason; a failed read or write leaves it as it
+// was, since the controller retries.
+func setStalledCondition(status *agentsv1.AgentStatus, generation int64, pass agentPass) {
+	c := metav1.Condition{Type: agentsv1.ConditionStalled, ObservedGeneration: generation}
+	switch {
+	case pass.blocker != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, pass.blocker.Reason, pass.blocker.Message
+	case pass.err == nil && pass.applied:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, agentsv1.ReasonNotStalled, "nothing blocks the Agent"
+	default:
+		return
+	}
+	meta.SetStatusCondition(&status.Conditions, c)
+}
+
+// sessionFeatures are the features every listed version serves.
+func sessionFeatures(versions []agentsv1.WorkerVersion) []string {
+	engineVersions := make([]string, 0, len(versions))
+	for _, v := range versions {
+		engineVersions = append(engineVersions, v.EngineVersion)
+	}
+	var out []string
+	for _, f := range rollout.FeaturesInEffect(engineVersions) {
+		out = append(out, string(f))
+	}
+	return out
+}
+
+func workerVersionsOf(versions []rollout.VersionStatus) []agentsv1.WorkerVersion {
+	out := make([]agentsv1.WorkerVersion, 0, len(versions))
+	for _, v := range versions {
+		out = append(out, agentsv1.WorkerVersion{
+			BuildID: v.BuildID, EngineVersion: v.EngineVersion, Image: v.Image,
+			Replicas: v.Replicas, ReadyReplicas: v.ReadyReplicas, TerminatingReplicas: v.TerminatingPods,
+			State: agentsv1.WorkerVersionState(v.State), Since: metav1.NewTime(v.Since.UTC().Truncate(time.Second)),
+		})
+	}
+	return out
 }
 
 func setAgentReadyCondition(status *agentsv1.AgentStatus, generation int64, pass agentPass) {
@@ -91,9 +161,11 @@ func setAgentReadyCondition(status *agentsv1.AgentStatus, generation int64, pass
 		"the worker configuration, ServiceAccount, Deployment and session Flow graph are applied"))
 }
 
-func setWorkersAvailableCondition(status *agentsv1.AgentStatus, generation int64, d *appsv1.Deployment) {
+func setWorkersAvailableCondition(status *agentsv1.AgentStatus, generation int64, d *appsv1.Deployment, plan *rollout.Plan) {
 	c := metav1.Condition{Type: agentsv1.ConditionWorkersAvailable, ObservedGeneration: generation}
 	switch {
+	case plan != nil && plan.Strategy == rollout.StrategyStopOldFirst && plan.Phase == rollout.PhaseWaitingForOldWorkersStopped:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, agentsv1.ReasonRolloutStoppedWorkers, plan.Message
 	case d == nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, agentsv1.ReasonDeploymentNotCreated, "no worker Deployment exists"
 	case d.Spec.Replicas != nil && *d.Spec.Replicas == 0:
@@ -114,34 +186,61 @@ func setWorkersAvailableCondition(status *agentsv1.AgentStatus, generation int64
 	meta.SetStatusCondition(&status.Conditions, c)
 }
 
-// workerVersions counts the pods of each engine version across the
-// Deployment's ReplicaSets, in version order; ReplicaSets without pods are
-// left out.
-func workerVersions(replicaSets []appsv1.ReplicaSet) []agentsv1.WorkerVersion {
-	byVersion := map[string]*agentsv1.WorkerVersion{}
+// workerVersionsOfReplicaSets reports the versions of an Agent that was
+// not applied this pass, from its Deployment's ReplicaSets: the template's
+// version is current, the others drain. ReplicaSets without pods are left
+// out.
+func workerVersionsOfReplicaSets(d *appsv1.Deployment, replicaSets []appsv1.ReplicaSet, previous []agentsv1.WorkerVersion) []agentsv1.WorkerVersion {
+	engineVersion, image := render.WorkerOf(d.Spec.Template.Labels, &d.Spec.Template.Spec)
+	current := rollout.Worker{EngineVersion: engineVersion, Image: image}
+	byID := map[string]*agentsv1.WorkerVersion{}
+	var order []string
 	for _, rs := range replicaSets {
-		if rs.Status.Replicas == 0 {
+		engineVersion, image := render.WorkerOf(rs.Spec.Template.Labels, &rs.Spec.Template.Spec)
+		w := rollout.Worker{EngineVersion: engineVersion, Image: image}
+		if rs.Status.Replicas == 0 && w != current {
 			continue
 		}
-		version := rs.Spec.Template.Labels[render.LabelEngineVersion]
-		if version == "" {
-			version = "unknown"
-		}
-		v, ok := byVersion[version]
+		id := w.BuildID()
+		v, ok := byID[id]
 		if !ok {
-			v = &agentsv1.WorkerVersion{EngineVersion: version}
-			byVersion[version] = v
+			v = &agentsv1.WorkerVersion{BuildID: id, EngineVersion: engineVersion, Image: image, State: agentsv1.WorkerVersionDraining}
+			if w == current {
+				v.State = agentsv1.WorkerVersionCurrent
+			}
+			for _, p := range previous {
+				if p.BuildID == id && p.State == v.State {
+					v.Since = p.Since
+				}
+			}
+			if v.Since.IsZero() {
+				v.Since = metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+			}
+			byID[id] = v
+			order = append(order, id)
 		}
 		v.Replicas += rs.Status.Replicas
 		v.ReadyReplicas += rs.Status.ReadyReplicas
+		if rs.Status.TerminatingReplicas != nil {
+			v.TerminatingReplicas += *rs.Status.TerminatingReplicas
+		}
 	}
-	out := make([]agentsv1.WorkerVersion, 0, len(byVersion))
-	for _, v := range byVersion {
-		out = append(out, *v)
+	out := make([]agentsv1.WorkerVersion, 0, len(order))
+	for _, id := range order {
+		out = append(out, *byID[id])
 	}
-	slices.SortFunc(out, func(a, b agentsv1.WorkerVersion) int { return strings.Compare(a.EngineVersion, b.EngineVersion) })
+	slices.SortStableFunc(out, func(a, b agentsv1.WorkerVersion) int {
+		return boolOrder(b.State == agentsv1.WorkerVersionCurrent) - boolOrder(a.State == agentsv1.WorkerVersionCurrent)
+	})
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

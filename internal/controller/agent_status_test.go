@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 )
 
 func deployment(replicas, available, updated int32, current bool) *appsv1.Deployment {
@@ -102,32 +104,38 @@ func TestAgentStatusConditions(t *testing.T) {
 	}
 }
 
-func TestWorkerVersions(t *testing.T) {
-	rs := func(version string, replicas, ready int32) appsv1.ReplicaSet {
-		r := appsv1.ReplicaSet{Status: appsv1.ReplicaSetStatus{Replicas: replicas, ReadyReplicas: ready}}
-		if version != "" {
-			r.Spec.Template.Labels = map[string]string{render.LabelEngineVersion: version}
-		}
-		return r
-	}
-	got := workerVersions([]appsv1.ReplicaSet{
-		rs("0.2.0", 2, 1), rs("0.1.0", 1, 1), rs("0.2.0", 1, 1), rs("0.0.9", 0, 0), rs("", 1, 0),
-	})
-	want := []agentsv1.WorkerVersion{
-		{EngineVersion: "0.1.0", Replicas: 1, ReadyReplicas: 1},
-		{EngineVersion: "0.2.0", Replicas: 3, ReadyReplicas: 2},
-		{EngineVersion: "unknown", Replicas: 1, ReadyReplicas: 0},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("workerVersions = %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("workerVersions[%d] = %+v, want %+v", i, got[i], want[i])
+// A blocked Agent reports its versions from its Deployment's ReplicaSets:
+// the template's is current, the others drain.
+func TestWorkerVersionsOfABlockedAgent(t *testing.T) {
+	template := func(version, image string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{render.LabelEngineVersion: version}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent-worker", Image: image}}},
 		}
 	}
-	if workerVersions(nil) != nil {
-		t.Error("no ReplicaSets should report no versions")
+	rs := func(version, image string, replicas, ready int32) appsv1.ReplicaSet {
+		return appsv1.ReplicaSet{Spec: appsv1.ReplicaSetSpec{Template: template(version, image)},
+			Status: appsv1.ReplicaSetStatus{Replicas: replicas, ReadyReplicas: ready}}
+	}
+	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: template("0.4.0", "w:4")}}
+	since := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	current := rollout.Worker{EngineVersion: "0.4.0", Image: "w:4"}
+	old := rollout.Worker{EngineVersion: "0.3.0", Image: "w:3"}
+	got := workerVersionsOfReplicaSets(d, []appsv1.ReplicaSet{
+		rs("0.3.0", "w:3", 2, 1), rs("0.4.0", "w:4", 1, 1), rs("0.3.0", "w:3", 1, 1), rs("0.2.0", "w:2", 0, 0),
+	}, []agentsv1.WorkerVersion{{BuildID: old.BuildID(), State: agentsv1.WorkerVersionDraining, Since: since}})
+	if len(got) != 2 {
+		t.Fatalf("versions = %+v, want 0.4.0 and 0.3.0", got)
+	}
+	if got[0].BuildID != current.BuildID() || got[0].State != agentsv1.WorkerVersionCurrent || got[0].Replicas != 1 {
+		t.Errorf("first = %+v, want the template's version, current, 1 replica", got[0])
+	}
+	if got[1].BuildID != old.BuildID() || got[1].State != agentsv1.WorkerVersionDraining || got[1].Replicas != 3 ||
+		got[1].ReadyReplicas != 2 || !got[1].Since.Equal(&since) {
+		t.Errorf("second = %+v, want 0.3.0 draining since before, 3 replicas, 2 ready", got[1])
+	}
+	if sessionFeatures(got) == nil || len(sessionFeatures(got)) != len(rollout.Features("0.3.0")) {
+		t.Errorf("features in effect = %v, want those of 0.3.0, the oldest live", sessionFeatures(got))
 	}
 }
 
@@ -141,7 +149,7 @@ func TestAgentStatusAfterAFailedRead(t *testing.T) {
 	earlier := agentsv1.AgentStatus{
 		ObservedGeneration: 3, Conditions: []metav1.Condition{readyBefore, availableBefore},
 		Replicas: 3, ReadyReplicas: 3, Selector: render.Selector("support"), TaskQueue: "stepwise/SupportAgent",
-		ConfigDigest: "sha256:before", WorkerVersions: []agentsv1.WorkerVersion{{EngineVersion: "0.1.0", Replicas: 3, ReadyReplicas: 3}},
+		ConfigDigest: "sha256:before", WorkerVersions: []agentsv1.WorkerVersion{{BuildID: "0.1.0-abc", EngineVersion: "0.1.0", Replicas: 3, ReadyReplicas: 3, State: agentsv1.WorkerVersionCurrent}},
 		SessionFlowGraph: &agentsv1.PublishedFlowGraph{ConfigMapName: "support-session-graph", Digest: "sha256:graph"},
 	}
 	agent := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "support", Generation: 4},
@@ -183,7 +191,13 @@ func TestAgentStatusAfterAFailedRead(t *testing.T) {
 				err: readErr, observed: observedWorkers{graph: true},
 				graph: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "support-session-graph",
 					Annotations: map[string]string{render.AnnotationGraphDigest: "sha256:graph"}}}},
-			want:            earlier,
+			// A blocked Agent is stalled, whatever else failed.
+			want: func() agentsv1.AgentStatus {
+				s := *earlier.DeepCopy()
+				s.Conditions = append(s.Conditions, metav1.Condition{Type: agentsv1.ConditionStalled, Status: metav1.ConditionTrue,
+					Reason: agentsv1.ReasonSecretNotFound, Message: "spec.model.apiKeySecretRef: Secret \"openai\" does not exist", ObservedGeneration: 4})
+				return s
+			}(),
 			wantReadyReason: agentsv1.ReasonSecretNotFound,
 		},
 	}

@@ -9,10 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
@@ -27,6 +29,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&appsv1.Deployment{}).
 		Watches(&appsv1.ReplicaSet{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject), builder.WithPredicates(workerPodChanges())).
 		Watches(&agentsv1.ToolSource{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentToolSource))).
 		Watches(&agentsv1.MediaStore{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentMediaStore))).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencingSecret)).
@@ -38,7 +41,24 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// agentOfLabeledObject maps a worker ReplicaSet to its Agent.
+// workerPodChanges lets through what a rollout waits for: a worker pod
+// appearing, starting to terminate, becoming ready or not, and going away;
+// not every status write of a running pod.
+func workerPodChanges() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			before, okBefore := e.ObjectOld.(*corev1.Pod)
+			after, okAfter := e.ObjectNew.(*corev1.Pod)
+			if !okBefore || !okAfter {
+				return false
+			}
+			return (before.DeletionTimestamp == nil) != (after.DeletionTimestamp == nil) || podReady(before) != podReady(after) ||
+				before.Status.Phase != after.Status.Phase
+		},
+	}
+}
+
+// agentOfLabeledObject maps a worker ReplicaSet or pod to its Agent.
 func agentOfLabeledObject(_ context.Context, obj client.Object) []reconcile.Request {
 	name, ok := obj.GetLabels()[render.LabelAgent]
 	if !ok {

@@ -1,7 +1,9 @@
 package controller_test
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,6 +17,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 )
 
 var namespaceCount atomic.Int64
@@ -225,4 +228,100 @@ func change[T client.Object](obj T, mutate func(T)) error {
 	before := obj.DeepCopyObject().(T)
 	mutate(obj)
 	return k8sClient.Patch(suiteCtx, obj, client.MergeFrom(before))
+}
+
+// withWorker runs the Agent's workers from an image that carries an engine
+// version.
+func withWorker(image, engineVersion string) agentOption {
+	return func(a *agentsv1.Agent) {
+		if a.Spec.Workers == nil {
+			a.Spec.Workers = &agentsv1.WorkersSpec{}
+		}
+		a.Spec.Workers.Image, a.Spec.Workers.EngineVersion = image, engineVersion
+	}
+}
+
+// workerOf is the worker a Deployment's template runs.
+func workerOf(d *appsv1.Deployment) rollout.Worker {
+	engineVersion, image := render.WorkerOf(d.Spec.Template.Labels, &d.Spec.Template.Spec)
+	return rollout.Worker{EngineVersion: engineVersion, Image: image}
+}
+
+// podFinalizer keeps a deleted test pod terminating until releasePod: no
+// kubelet runs here to finish it.
+const podFinalizer = "test.stepwise.run/hold"
+
+// createWorkerPod writes a pod of a worker Deployment, as its ReplicaSet
+// would, running the given worker.
+func createWorkerPod(d *appsv1.Deployment, name string, w rollout.Worker) *corev1.Pod {
+	GinkgoHelper()
+	template := d.Spec.Template.DeepCopy()
+	template.Labels[render.LabelEngineVersion] = w.EngineVersion
+	for i := range template.Spec.Containers {
+		template.Spec.Containers[i].Image = w.Image
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: name, Labels: template.Labels, Finalizers: []string{podFinalizer}},
+		Spec:       template.Spec,
+	}
+	create(pod)
+	return pod
+}
+
+// setPodReady writes the Ready condition a kubelet would.
+func setPodReady(pod *corev1.Pod, ready bool) {
+	GinkgoHelper()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	Expect(k8sClient.Status().Update(suiteCtx, pod)).To(Succeed())
+}
+
+// releasePod drops the test's finalizer, so a deleted pod goes away.
+func releasePod(pod *corev1.Pod) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		pod.Finalizers = nil
+		g.Expect(k8sClient.Update(suiteCtx, pod)).To(Succeed())
+	}).Should(Succeed())
+}
+
+// progressingMessage reads the message of an Agent's Progressing condition.
+func progressingMessage(agent *agentsv1.Agent) func(Gomega) string {
+	return func(g Gomega) string {
+		c := conditionOf(agent, agentsv1.ConditionProgressing)(g)
+		g.Expect(c).NotTo(BeNil())
+		return c.Message
+	}
+}
+
+// fakePollers stands in for the engine's task queue pollers, per task queue.
+type fakePollers struct {
+	mu      sync.Mutex
+	pollers map[string][]rollout.Poller
+	errs    map[string]error
+}
+
+var testPollers = &fakePollers{pollers: map[string][]rollout.Poller{}, errs: map[string]error{}}
+
+func (f *fakePollers) set(taskQueue string, pollers ...rollout.Poller) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pollers[taskQueue], f.errs[taskQueue] = pollers, nil
+}
+
+func (f *fakePollers) fail(taskQueue string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errs[taskQueue] = err
+}
+
+func (f *fakePollers) Pollers(_ context.Context, _ *render.Resolved, _ map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pollers[taskQueue], f.errs[taskQueue]
 }

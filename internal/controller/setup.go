@@ -40,6 +40,7 @@ func CacheOptions() cache.Options {
 		&corev1.ServiceAccount{}: {Label: managed},
 		&appsv1.Deployment{}:     {Label: managed},
 		&appsv1.ReplicaSet{}:     {Label: managed},
+		&corev1.Pod{}:            {Label: managed},
 	}}
 }
 
@@ -51,6 +52,12 @@ type Options struct {
 	// cannot watch, such as someone else's ConfigMap in the way, is checked
 	// again. Zero means a minute.
 	RecheckInterval time.Duration
+	// Pollers reads who polls an Agent's task queue, for stop-old-first
+	// rollouts.
+	Pollers TaskQueuePollers
+	// PollerQuietPeriod is how long a worker must not have polled to count
+	// as stopped; zero means DefaultPollerQuietPeriod.
+	PollerQuietPeriod time.Duration
 }
 
 // Setup registers the field indexes and every reconciler with a manager.
@@ -62,7 +69,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		opts.RecheckInterval = time.Minute
 	}
 	reader := mgr.GetAPIReader()
-	agents := &AgentReconciler{Client: mgr.GetClient(), APIReader: reader, Defaults: opts.Defaults, RecheckInterval: opts.RecheckInterval}
+	agents := &AgentReconciler{Client: mgr.GetClient(), APIReader: reader, Defaults: opts.Defaults, RecheckInterval: opts.RecheckInterval,
+		Pollers: opts.Pollers, PollerQuietPeriod: opts.PollerQuietPeriod}
 	if err := agents.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Agent controller: %w", err)
 	}

@@ -116,6 +116,10 @@ var _ = BeforeSuite(func() {
 	Expect(controller.Setup(suiteCtx, mgr, controller.Options{
 		Defaults:        operatorDefaults,
 		RecheckInterval: time.Second,
+		// Engine pollers come from the test; a short quiet period keeps
+		// the rollout tests quick.
+		Pollers:           testPollers,
+		PollerQuietPeriod: 10 * time.Second,
 	})).To(Succeed())
 	suiteManager = mgr
 	managerDone = make(chan struct{})

@@ -486,13 +486,29 @@ func StoreURI(ms *agentsv1.MediaStore) string {
 	return ""
 }
 
+// DesiredReplicas is how many workers an Agent asks for.
+func DesiredReplicas(agent *agentsv1.Agent) int32 {
+	if w := workers(agent); w.Replicas != nil {
+		return *w.Replicas
+	}
+	return 1
+}
+
+// WorkerOf reads the engine version and image a worker pod, or a pod
+// template, runs.
+func WorkerOf(labels map[string]string, spec *corev1.PodSpec) (engineVersion, image string) {
+	for _, c := range spec.Containers {
+		if c.Name == workerAppName {
+			image = c.Image
+		}
+	}
+	return labels[LabelEngineVersion], image
+}
+
 func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *appsv1ac.DeploymentApplyConfiguration {
 	agent := r.Agent
 	w := workers(agent)
-	replicas := int32(1)
-	if w.Replicas != nil {
-		replicas = *w.Replicas
-	}
+	replicas := DesiredReplicas(agent)
 
 	podLabels := objectLabels(agent.Name, componentWorker)
 	podLabels[LabelEngineVersion] = r.EngineVersion

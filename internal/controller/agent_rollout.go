@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
+)
+
+// TaskQueuePollers reads which workers poll an Agent's task queue on its
+// engine: the last check before a stop-old-first rollout starts new
+// workers, since a worker whose pod is gone from the API server (a node
+// cut off, a pod deleted by force) may still run.
+type TaskQueuePollers interface {
+	Pollers(ctx context.Context, resolved *render.Resolved, secrets map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error)
+}
+
+// Rollout timing defaults.
+const (
+	// DefaultPollerQuietPeriod exceeds the engine's one-minute long poll, so
+	// a worker in the middle of a poll always counts as polling.
+	DefaultPollerQuietPeriod = 75 * time.Second
+	defaultRolloutRecheck    = 2 * time.Second
+)
+
+// rolloutPass is what the executor needs of one pass.
+type rolloutPass struct {
+	resolved *render.Resolved
+	secrets  map[string]*corev1.Secret
+	worker   *render.WorkerObjects
+	live     *appsv1.Deployment
+}
+
+// rollDeployment plans the pass's rollout step and carries it out: it
+// applies the worker Deployment, stops every worker, or waits. It reports
+// whether it applied.
+func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass) (applied bool, err error) {
+	desired := rollout.Desired{
+		Worker:   rollout.Worker{EngineVersion: in.resolved.EngineVersion, Image: in.resolved.WorkerImage},
+		Replicas: render.DesiredReplicas(agent),
+	}
+	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions)}
+	if d := in.live; d != nil {
+		obs.Deployment = observedDeployment(d)
+	}
+	if obs.Pods, err = r.workerPods(ctx, r.Client, agent); err != nil {
+		return false, err
+	}
+	opts := rollout.Options{PollerQuietPeriod: r.PollerQuietPeriod, RecheckInterval: defaultRolloutRecheck}
+	if opts.PollerQuietPeriod == 0 {
+		opts.PollerQuietPeriod = DefaultPollerQuietPeriod
+	}
+	plan := rollout.Decide(desired, obs, opts)
+	if plan.NeedsGate {
+		obs.Gate = r.readGate(ctx, agent, in)
+		plan = rollout.Decide(desired, obs, opts)
+	}
+	pass.rollout = &plan
+	if plan.Strategy == rollout.StrategyStopOldFirst {
+		log.FromContext(ctx).Info("rollout", "strategy", plan.Strategy, "action", plan.Action, "phase", plan.Phase, "message", plan.Message)
+	}
+	switch plan.Action {
+	case rollout.ActionApply:
+		return r.applyChanged(ctx, in.worker.Deployment, in.live)
+	case rollout.ActionStopWorkers:
+		return false, r.scaleDeployment(ctx, in.live, 0)
+	}
+	return false, nil
+}
+
+// readGate reads, straight from the API server and the engine, whether any
+// worker remains or polls. Failing to read the pods fails the gate as a
+// remaining pod would: the planner then waits.
+func (r *AgentReconciler) readGate(ctx context.Context, agent *agentsv1.Agent, in rolloutPass) *rollout.Gate {
+	gate := &rollout.Gate{}
+	pods, err := r.workerPods(ctx, r.APIReader, agent)
+	if err != nil {
+		gate.PollersError = err.Error()
+		return gate
+	}
+	gate.Pods = pods
+	if r.Pollers == nil {
+		gate.PollersError = "the operator has no connection to the engine to read the task queue's pollers"
+		return gate
+	}
+	pollers, err := r.Pollers.Pollers(ctx, in.resolved, in.secrets, render.TaskQueue(agent.Spec.FlowType))
+	if err != nil {
+		gate.PollersError = err.Error()
+		return gate
+	}
+	gate.Pollers = pollers
+	return gate
+}
+
+// workerPods lists the Agent's worker pods, terminating ones included.
+func (r *AgentReconciler) workerPods(ctx context.Context, reader client.Reader, agent *agentsv1.Agent) ([]rollout.Pod, error) {
+	var list corev1.PodList
+	if err := reader.List(ctx, &list, client.InNamespace(agent.Namespace), client.MatchingLabels(render.SelectorLabels(agent.Name))); err != nil {
+		return nil, fmt.Errorf("listing the worker pods: %w", err)
+	}
+	pods := make([]rollout.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue // its containers have stopped; nothing of it runs
+		}
+		engineVersion, image := render.WorkerOf(p.Labels, &p.Spec)
+		pods = append(pods, rollout.Pod{
+			Name: p.Name, Worker: rollout.Worker{EngineVersion: engineVersion, Image: image},
+			Ready: podReady(p), Terminating: p.DeletionTimestamp != nil,
+		})
+	}
+	return pods, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func observedDeployment(d *appsv1.Deployment) *rollout.Deployment {
+	engineVersion, image := render.WorkerOf(d.Spec.Template.Labels, &d.Spec.Template.Spec)
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	return &rollout.Deployment{
+		Template:            rollout.Worker{EngineVersion: engineVersion, Image: image},
+		Replicas:            replicas,
+		StatusReplicas:      d.Status.Replicas,
+		TerminatingReplicas: d.Status.TerminatingReplicas,
+		UpdatedReplicas:     d.Status.UpdatedReplicas,
+		AvailableReplicas:   d.Status.AvailableReplicas,
+		Observed:            d.Status.ObservedGeneration >= d.Generation,
+	}
+}
+
+func previousVersions(versions []agentsv1.WorkerVersion) []rollout.VersionStatus {
+	out := make([]rollout.VersionStatus, 0, len(versions))
+	for _, v := range versions {
+		out = append(out, rollout.VersionStatus{BuildID: v.BuildID, State: rollout.State(v.State), Since: v.Since.Time})
+	}
+	return out
+}
+
+// scaleDeployment sets the worker Deployment's replicas through its scale
+// subresource, leaving its template as it is.
+func (r *AgentReconciler) scaleDeployment(ctx context.Context, d *appsv1.Deployment, replicas int32) error {
+	if d == nil || (d.Spec.Replicas != nil && *d.Spec.Replicas == replicas) {
+		return nil
+	}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+	if err := r.SubResource("scale").Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(render.FieldOwner)); err != nil {
+		return fmt.Errorf("scaling the worker Deployment to %d: %w", replicas, err)
+	}
+	d.Spec.Replicas = &replicas
+	return nil
+}
