@@ -109,6 +109,8 @@ func TestBadValuesAreRefusedNamingTheField(t *testing.T) {
 		{"log level", "log: {level: verbose}", []string{"'/log/level'"}},
 		{"log level zero", "log: {level: 0}", []string{"'/log/level'"}},
 		{"log encoder", "log: {encoder: text}", []string{"'/log/encoder'"}},
+		{"poller quiet period not a duration", "rollout: {pollerQuietPeriod: soon}", []string{"'/rollout/pollerQuietPeriod'"}},
+		{"unknown rollout key", "rollout: {strategy: recreate}", []string{"strategy"}},
 		{"metrics port as a string", "metrics: {port: '8080'}", []string{"'/metrics/port'", "integer"}},
 		{"metrics port out of range", "metrics: {port: 65536}", []string{"'/metrics/port'", "maximum"}},
 		{"one port for metrics and probes", "metrics: {port: 8081}", []string{"metrics.port and healthProbePort are both 8081"}},

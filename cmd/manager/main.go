@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -16,6 +17,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/version"
 )
@@ -37,6 +39,7 @@ func run() error {
 		engineAPIKey                   string
 		workerImage                    string
 		mediaHostPathRoots             string
+		pollerQuietPeriod              time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
@@ -55,6 +58,9 @@ func run() error {
 	flag.StringVar(&mediaHostPathRoots, "media-host-path-roots", "",
 		"Comma-separated host directories that localDirectory MediaStores without a PersistentVolumeClaim may mount into worker pods "+
 			"(hostPath), each with everything under it; empty means none, so such MediaStores are not Ready. System directories are refused.")
+	flag.DurationVar(&pollerQuietPeriod, "poller-quiet-period", controller.DefaultPollerQuietPeriod,
+		"How long a worker must not have polled its task queue to count as stopped, before a rollout starts workers of an engine "+
+			"version the old ones may not run beside. Keep it above the engine's long poll (one minute by default), with a margin for clock skew.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -93,7 +99,13 @@ func run() error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults}); err != nil {
+	if pollerQuietPeriod <= 0 {
+		return fmt.Errorf("--poller-quiet-period must be positive, not %s", pollerQuietPeriod)
+	}
+	engines := engineadmin.NewReader(ctrl.Log.WithName("engine"))
+	defer engines.Close()
+	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults,
+		Pollers: controller.EnginePollers{Reader: engines}, PollerQuietPeriod: pollerQuietPeriod}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 )
@@ -168,4 +169,27 @@ func (r *AgentReconciler) scaleDeployment(ctx context.Context, d *appsv1.Deploym
 	}
 	d.Spec.Replicas = &replicas
 	return nil
+}
+
+// EnginePollers reads an Agent's task queue pollers on its engine, reached
+// as its workers reach it.
+type EnginePollers struct {
+	Reader *engineadmin.Reader
+}
+
+// Pollers implements TaskQueuePollers.
+func (e EnginePollers) Pollers(ctx context.Context, resolved *render.Resolved, secrets map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
+	conn, err := engineadmin.ConnectionFor(resolved, secrets)
+	if err != nil {
+		return nil, err
+	}
+	pollers, err := e.Reader.Pollers(ctx, conn, taskQueue)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rollout.Poller, 0, len(pollers))
+	for _, p := range pollers {
+		out = append(out, rollout.Poller{Identity: p.Identity, TaskQueueType: p.TaskQueueType, LastAccess: p.LastAccess})
+	}
+	return out, nil
 }
