@@ -564,10 +564,11 @@ type AgentStatus struct {
 	// +listType=map
 	// +listMapKey=buildID
 	WorkerVersions []WorkerVersion `json:"workerVersions,omitempty"`
-	// RolloutStrategy is how the last rollout moved the workers: Rolling
-	// where the worker version rules let the versions run beside each
-	// other, StopOldFirst where they do not.
+	// RolloutStrategy is how the rollout to the desired worker version moves
+	// the workers: Rolling where the worker version rules let the versions
+	// run beside each other, StopOldFirst where they do not.
 	// +optional
+	// +kubebuilder:validation:Enum=Rolling;StopOldFirst
 	RolloutStrategy string `json:"rolloutStrategy,omitempty"`
 	// SessionFeatures lists the session features in effect: those every
 	// worker that can take a session of the Flow type serves. Clients

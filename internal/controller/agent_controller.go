@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -51,6 +52,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile runs one pass for one Agent: observe what it references, check
@@ -151,6 +153,9 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if _, err := r.applyChanged(ctx, worker.ConfigMap, live.configMap); err != nil {
 		return err
 	}
+	if _, err := r.applyChanged(ctx, worker.DisruptionBudget, live.disruptionBudget); err != nil {
+		return err
+	}
 	pass.desiredConfigMap = *worker.ConfigMap.Name
 	applied, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
 	if err != nil {
@@ -212,9 +217,10 @@ func (r *AgentReconciler) observeReferences(ctx context.Context, agent *agentsv1
 // liveWorker is what exists of an Agent's applied worker objects; each is
 // nil when absent.
 type liveWorker struct {
-	serviceAccount *corev1.ServiceAccount
-	configMap      *corev1.ConfigMap
-	deployment     *appsv1.Deployment
+	serviceAccount   *corev1.ServiceAccount
+	configMap        *corev1.ConfigMap
+	deployment       *appsv1.Deployment
+	disruptionBudget *policyv1.PodDisruptionBudget
 }
 
 // checkOwnership refuses to apply over an object of the same name that the
@@ -227,10 +233,12 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 		obj        client.Object
 	}
 	configMap, deployment, serviceAccount := &corev1.ConfigMap{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}
+	budget := &policyv1.PodDisruptionBudget{}
 	objects := []owned{
 		{"ConfigMap", *worker.ConfigMap.Name, configMap},
 		{"ConfigMap", render.GraphConfigMapName(agent.Name), &corev1.ConfigMap{}},
 		{"Deployment", render.WorkerName(agent.Name), deployment},
+		{"PodDisruptionBudget", render.DisruptionBudgetName(agent.Name), budget},
 	}
 	if worker.ServiceAccount != nil {
 		objects = append(objects, owned{"ServiceAccount", *worker.ServiceAccount.Name, serviceAccount})
@@ -263,6 +271,9 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	}
 	if exists[serviceAccount] {
 		live.serviceAccount = serviceAccount
+	}
+	if exists[budget] {
+		live.disruptionBudget = budget
 	}
 	return live, nil
 }

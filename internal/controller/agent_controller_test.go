@@ -11,8 +11,10 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +43,7 @@ var _ = Describe("Agent reconciler", func() {
 			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: render.GraphConfigMapName(agent.Name)}},
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}},
 			deployment,
+			&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: render.DisruptionBudgetName(agent.Name)}},
 		}
 		for _, obj := range owned {
 			obj.SetNamespace(ns)
@@ -55,6 +58,18 @@ var _ = Describe("Agent reconciler", func() {
 			)), "%T %s", obj, obj.GetName())
 			Expect(obj.GetManagedFields()).To(ContainElement(HaveField("Manager", render.FieldOwner)), "%T %s", obj, obj.GetName())
 		}
+
+		By("letting a node drain evict one worker at a time, across every worker version")
+		budget := owned[4].(*policyv1.PodDisruptionBudget)
+		Expect(budget.Spec.MaxUnavailable).To(Equal(ptr.To(intstr.FromInt32(1))))
+		Expect(budget.Spec.Selector.MatchLabels).To(Equal(render.SelectorLabels(agent.Name)))
+		Expect(budget.Spec.UnhealthyPodEvictionPolicy).To(Equal(ptr.To(policyv1.AlwaysAllow)))
+
+		By("giving a stopping worker as long as the longest Step attempt the Agent allows")
+		// The stdio ToolSource's defaults: a ten-minute request, then up to
+		// ten minutes polling its task.
+		Expect(deployment.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To(int64(20*60 + 15))))
+		Expect(deployment.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--stop-timeout=20m0s"))
 
 		By("rendering one complete, immutable worker configuration with no secret in it")
 		cm := owned[0].(*corev1.ConfigMap)
@@ -667,6 +682,8 @@ var _ = Describe("Agent reconciler", func() {
 			}).Should(Succeed())
 			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
 				haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonRollingUpdate))
+			// Starting the new workers is still the stop-old-first rollout.
+			Expect(agent.Status.RolloutStrategy).To(Equal("StopOldFirst"))
 		})
 
 		It("keeps the new workers stopped while the engine cannot say who polls", func() {

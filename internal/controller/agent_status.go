@@ -85,7 +85,7 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 	switch plan := pass.rollout; {
 	case plan != nil:
 		status.WorkerVersions = workerVersionsOf(plan.Versions)
-		status.RolloutStrategy = string(plan.Strategy)
+		status.RolloutStrategy = rolloutStrategy(agent.Status, plan)
 		setRolloutConditions(&status, agent.Generation, plan)
 	case pass.observed.replicaSets && pass.deployment != nil:
 		status.WorkerVersions = workerVersionsOfReplicaSets(pass.deployment, pass.replicaSets, agent.Status.WorkerVersions)
@@ -96,6 +96,18 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 	setAgentReadyCondition(&status, agent.Generation, pass)
 	setStalledCondition(&status, agent.Generation, pass)
 	return status
+}
+
+// rolloutStrategy is how the rollout to the desired version moves the
+// workers. Once a stop-old-first rollout has stopped the old workers, the
+// rest of it, starting the new ones, plans as rolling; it is still the
+// stop-old-first rollout to that version.
+func rolloutStrategy(before agentsv1.AgentStatus, plan *rollout.Plan) string {
+	sameTarget := len(before.WorkerVersions) > 0 && len(plan.Versions) > 0 && before.WorkerVersions[0].BuildID == plan.Versions[0].BuildID
+	if plan.Strategy == rollout.StrategyRolling && sameTarget && before.RolloutStrategy == string(rollout.StrategyStopOldFirst) {
+		return before.RolloutStrategy
+	}
+	return string(plan.Strategy)
 }
 
 // setRolloutConditions reports the rollout's phase on Progressing and, for

@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -28,6 +29,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&appsv1.Deployment{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&appsv1.ReplicaSet{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject), builder.WithPredicates(workerPodChanges())).
 		Watches(&agentsv1.ToolSource{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentToolSource))).

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -97,6 +98,7 @@ func ownedObjects(agent *agentsv1.Agent) []client.Object {
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agent.Namespace, Name: render.ConfigMapOf(&deployment.Spec.Template)}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agent.Namespace, Name: render.GraphConfigMapName(agent.Name)}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agent.Namespace, Name: render.WorkerName(agent.Name)}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: agent.Namespace, Name: render.DisruptionBudgetName(agent.Name)}},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,11 +37,12 @@ func NewScheme() (*runtime.Scheme, error) {
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}:      {Label: managed},
-		&corev1.ServiceAccount{}: {Label: managed},
-		&appsv1.Deployment{}:     {Label: managed},
-		&appsv1.ReplicaSet{}:     {Label: managed},
-		&corev1.Pod{}:            {Label: managed},
+		&corev1.ConfigMap{}:             {Label: managed},
+		&corev1.ServiceAccount{}:        {Label: managed},
+		&appsv1.Deployment{}:            {Label: managed},
+		&appsv1.ReplicaSet{}:            {Label: managed},
+		&corev1.Pod{}:                   {Label: managed},
+		&policyv1.PodDisruptionBudget{}: {Label: managed},
 	}}
 }
 

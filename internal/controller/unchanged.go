@@ -9,8 +9,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stepwise-run/stepwise/internal/render"
@@ -48,6 +50,11 @@ func appliedAlready(obj any, live client.Object) (bool, error) {
 			return false, nil
 		}
 		owned, err = corev1ac.ExtractServiceAccount(o, render.FieldOwner)
+	case *policyv1.PodDisruptionBudget:
+		if o == nil {
+			return false, nil
+		}
+		owned, err = policyv1ac.ExtractPodDisruptionBudget(o, render.FieldOwner)
 	default:
 		return false, nil
 	}

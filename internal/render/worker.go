@@ -11,11 +11,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/media"
@@ -86,8 +88,36 @@ const (
 	// 1 MiB limit.
 	maxConfigBytes = 900 * 1024
 
-	terminationGracePeriodSeconds = 300
+	// maxStopTimeout caps how long a stopping worker waits for its running
+	// Steps: the longest tool attempt. A Step still running after it is
+	// retried or recorded outcome_unknown by its effect class.
+	maxStopTimeout = session.ToolAttemptTimeout
+	// stopMargin is what the kubelet allows beyond the worker's own stop
+	// timeout, for the worker to leave its polls and exit.
+	stopMargin = 15 * time.Second
 )
+
+// StopTimeout is how long a stopping worker lets its running Steps finish:
+// the longest Step attempt the Agent allows, capped at an hour. A model
+// call may take ModelAttemptTimeout; an MCP tool call its source's request
+// timeout, and a stdio task poll its task wait besides; a worker image of
+// the team's own may hold function tools, which may take ToolAttemptTimeout.
+// The pod's grace period is this plus a margin, so a drain or a rollout
+// never kills a Step the Agent lets run.
+func StopTimeout(r *Resolved) time.Duration {
+	longest := session.ModelAttemptTimeout
+	if w := workers(r.Agent); w.Image != "" {
+		longest = max(longest, session.ToolAttemptTimeout)
+	}
+	for _, ts := range r.ToolSources {
+		d := durationOr(ts.Spec.RequestTimeout, fallbackRequestTimeout).Duration
+		if ts.Spec.MCP.Stdio != nil {
+			d += durationOr(ts.Spec.TaskWaitTimeout, fallbackTaskWaitTimeout).Duration
+		}
+		longest = max(longest, d)
+	}
+	return min(longest, maxStopTimeout)
+}
 
 // Fallbacks for fields the API server defaults. They matter only for objects
 // built in code that never passed through the API server.
@@ -178,6 +208,9 @@ type WorkerObjects struct {
 	ConfigMap      *corev1ac.ConfigMapApplyConfiguration
 	ServiceAccount *corev1ac.ServiceAccountApplyConfiguration // nil when the Agent names its own
 	Deployment     *appsv1ac.DeploymentApplyConfiguration
+	// DisruptionBudget lets a node drain evict one worker at a time, so the
+	// others keep their task slots while it stops.
+	DisruptionBudget *policyv1ac.PodDisruptionBudgetApplyConfiguration
 }
 
 // PublishedGraph is the session Flow graph of one Agent, as published.
@@ -220,6 +253,7 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 			WithOwnerReferences(ownerReference(agent))
 	}
 	w.Deployment = deployment(r, envs, serviceAccount, digest)
+	w.DisruptionBudget = disruptionBudget(r.Agent)
 	return w, nil
 }
 
@@ -509,6 +543,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 	agent := r.Agent
 	w := workers(agent)
 	replicas := DesiredReplicas(agent)
+	stopTimeout := StopTimeout(r)
 
 	podLabels := objectLabels(agent.Name, componentWorker)
 	podLabels[LabelEngineVersion] = r.EngineVersion
@@ -570,7 +605,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 	container := corev1ac.Container().
 		WithName(workerAppName).
 		WithImage(r.WorkerImage).
-		WithArgs("--config=" + ConfigDir + "/" + workerconfig.FileName).
+		WithArgs("--config="+ConfigDir+"/"+workerconfig.FileName, "--stop-timeout="+stopTimeout.String()).
 		WithPorts(corev1ac.ContainerPort().WithName("health").WithContainerPort(HealthPort).WithProtocol(corev1.ProtocolTCP)).
 		WithEnv(env...).
 		WithVolumeMounts(mounts...).
@@ -588,7 +623,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		WithServiceAccountName(serviceAccount).
 		// Workers never call the Kubernetes API.
 		WithAutomountServiceAccountToken(false).
-		WithTerminationGracePeriodSeconds(terminationGracePeriodSeconds).
+		WithTerminationGracePeriodSeconds(int64((stopTimeout + stopMargin) / time.Second)).
 		WithSecurityContext(corev1ac.PodSecurityContext().
 			WithRunAsNonRoot(true).
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
@@ -618,6 +653,22 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 				WithLabels(podLabels).
 				WithAnnotations(map[string]string{AnnotationConfigDigest: digest}).
 				WithSpec(pod)))
+}
+
+// DisruptionBudgetName is the name of an Agent's worker PodDisruptionBudget.
+func DisruptionBudgetName(agentName string) string { return WorkerName(agentName) }
+
+// disruptionBudget allows one voluntary eviction at a time across every
+// worker version. A worker that is not ready may always be evicted: it
+// holds no Step, and a crash-looping pod must not block a node drain.
+func disruptionBudget(agent *agentsv1.Agent) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	return policyv1ac.PodDisruptionBudget(DisruptionBudgetName(agent.Name), agent.Namespace).
+		WithLabels(objectLabels(agent.Name, componentWorker)).
+		WithOwnerReferences(ownerReference(agent)).
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMaxUnavailable(intstr.FromInt32(1)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(agent.Name))).
+			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
 }
 
 func objectLabels(agentName, component string) map[string]string {

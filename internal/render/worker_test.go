@@ -409,3 +409,53 @@ func TestGraphIsTheWorkersEngineVersions(t *testing.T) {
 		t.Error("Graph published a graph for an engine version this build does not know")
 	}
 }
+
+// A stopping worker waits as long as the longest Step attempt the Agent
+// allows, capped at an hour, and the pod's grace period leaves it a margin.
+func TestStopTimeoutFollowsTheLongestStepTheAgentAllows(t *testing.T) {
+	httpSource := func(timeout time.Duration) *agentsv1.ToolSource {
+		return readyToolSource("web", func(ts *agentsv1.ToolSource) {
+			ts.Spec.MCP = agentsv1.MCPServer{StreamableHTTP: &agentsv1.MCPStreamableHTTP{URL: "https://mcp.example.com/mcp"}}
+			ts.Spec.RequestTimeout = &metav1.Duration{Duration: timeout}
+		})
+	}
+	stdioSource := func(request, taskWait time.Duration) *agentsv1.ToolSource {
+		return readyToolSource("files", func(ts *agentsv1.ToolSource) {
+			ts.Spec.RequestTimeout = &metav1.Duration{Duration: request}
+			ts.Spec.TaskWaitTimeout = &metav1.Duration{Duration: taskWait}
+		})
+	}
+	withSources := func(names ...string) func(*agentsv1.Agent) {
+		return func(a *agentsv1.Agent) {
+			for _, n := range names {
+				a.Spec.ToolSources = append(a.Spec.ToolSources, agentsv1.LocalObjectReference{Name: n})
+			}
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		agent   *agentsv1.Agent
+		sources []any
+		want    time.Duration
+	}{
+		{"the stock worker: a model call", testAgent(), nil, 15 * time.Minute},
+		{"an MCP request shorter than a model call", testAgent(withSources("web")), []any{httpSource(time.Minute)}, 15 * time.Minute},
+		{"a long MCP request", testAgent(withSources("web")), []any{httpSource(40 * time.Minute)}, 40 * time.Minute},
+		{"a stdio request and its task wait", testAgent(withSources("files")), []any{stdioSource(10*time.Minute, 20*time.Minute)}, 30 * time.Minute},
+		{"capped at an hour", testAgent(withSources("files")), []any{stdioSource(time.Hour, 24*time.Hour)}, time.Hour},
+		{"a team's own image may hold hour-long function tools", testAgent(func(a *agentsv1.Agent) {
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:2", EngineVersion: "0.1.0"}
+		}), nil, time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := render(t, c.agent, observed(c.sources...))
+			pod := w.Deployment.Spec.Template.Spec
+			if got := *pod.TerminationGracePeriodSeconds; got != int64((c.want+stopMargin)/time.Second) {
+				t.Errorf("grace period = %ds, want %s and the margin", got, c.want)
+			}
+			if args := pod.Containers[0].Args; !slices.Contains(args, "--stop-timeout="+c.want.String()) {
+				t.Errorf("worker args = %v, want --stop-timeout=%s", args, c.want)
+			}
+		})
+	}
+}

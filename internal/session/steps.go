@@ -105,6 +105,14 @@ type StepSpec struct {
 	since string
 }
 
+// Attempt bounds the operator sizes a stopping worker's grace period by.
+const (
+	// ModelAttemptTimeout bounds one attempt of a Step that calls a model.
+	ModelAttemptTimeout = modelAttemptTimeout
+	// ToolAttemptTimeout bounds one attempt of a tool Step.
+	ToolAttemptTimeout = toolAttemptTimeout
+)
+
 const (
 	modelAttemptTimeout   = 15 * time.Minute
 	modelHeartbeatTimeout = 2 * time.Minute

@@ -27,6 +27,8 @@ const (
 	// wait bounds every wait on the cluster: generous, because a shared
 	// two-core machine may be slow, and never an assertion on speed.
 	wait = 4 * time.Minute
+	// pollerQuietPeriod is the operator's, above the engine's long poll.
+	pollerQuietPeriod = 15 * time.Second
 )
 
 // TestOperatorOnRealPods walks what a platform team does, in order: install
@@ -44,6 +46,7 @@ func TestOperatorOnRealPods(t *testing.T) {
 		{"a rotated Secret rolls the pods and the session continues", rotateSecret},
 		{"a pod deleted during a tool call finishes the Step and the session goes on", podDeletedDuringToolCall},
 		{"pods run with the rendered security context", securityContext},
+		{"a rollback and an upgrade across engine versions stop every old worker first, under load", stopOldFirstUnderLoad},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -57,6 +60,8 @@ func installChart(t *testing.T) {
 	helm(t, "install", "stepwise", "../../charts/stepwise", "--namespace", operatorNamespace, "--create-namespace",
 		"--set", "image.registry="+registry, "--set", "image.tag="+cfg.version,
 		"--set", "engine.address="+engineForPods,
+		// Above the engine's ten-second long poll in this suite.
+		"--set", "rollout.pollerQuietPeriod="+pollerQuietPeriod.String(),
 		"--wait", "--timeout", wait.String())
 	var deploy appsv1.DeploymentList
 	if err := kube.List(context.Background(), &deploy, client.InNamespace(operatorNamespace)); err != nil {

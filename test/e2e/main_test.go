@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.temporal.io/sdk/testsuite"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/devserver"
@@ -60,6 +62,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard()) // the suite's clients log nothing worth reading
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "stepwise-e2e-")
@@ -100,7 +103,9 @@ func run(m *testing.M) int {
 		}
 	}()
 
-	engine, err = devserver.Start(ctx, cfg.temporal)
+	// A ten-second long poll lets a stopped worker's last poll age past the
+	// operator's quiet period (set short at install) without a minute's wait.
+	engine, err = devserver.Start(ctx, cfg.temporal, "--dynamic-config-value", `matching.longPollExpirationInterval="10s"`)
 	if err != nil {
 		fmt.Fprintln(os.Stdout, err)
 		return 1
