@@ -94,7 +94,7 @@ lint: $(GOLANGCI_LINT) $(WORKFLOWCHECK) ## Run golangci-lint, and workflowcheck 
 	$(WORKFLOWCHECK) -config hack/workflowcheck.yaml ./...
 
 .PHONY: chart-check
-chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its renders (default and all values) and the samples against the API server's schemas.
+chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its renders (default and all values), the samples and the autoscaler example against the API server's schemas.
 	@grep -qx 'version: $(VERSION)' $(CHART)/Chart.yaml && grep -qx 'appVersion: "$(VERSION)"' $(CHART)/Chart.yaml || \
 		{ echo "$(CHART)/Chart.yaml: version and appVersion must be the release, $(VERSION)"; exit 1; }
 	$(HELM) lint --strict $(CHART)
@@ -104,7 +104,7 @@ chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its re
 		| $(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)'
 	$(HELM) template stepwise $(CHART) --namespace stepwise-system --include-crds --values $(CHART)/ci/all-values.yaml \
 		| $(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)'
-	$(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)' config/samples
+	$(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)' config/samples examples/autoscaling/hpa.yaml
 
 .PHONY: test
 test: verify-tree verify-gen vet lint envtest temporal mcp-servers chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server and MCP servers, then the end-to-end suite on a real single-node cluster.

@@ -12,6 +12,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +43,7 @@ func TestOperatorOnRealPods(t *testing.T) {
 		{"the chart installs the operator from its image", installChart},
 		{"the samples' support workers become Ready and run the demo session", supportDemo},
 		{"kubectl scale moves running pods", scaleAgent},
+		{"a HorizontalPodAutoscaler scales the Agent through its scale subresource", autoscaleAgent},
 		{"task slots reach the worker", taskSlots},
 		{"a rotated Secret rolls the pods and the session continues", rotateSecret},
 		{"a pod deleted during a tool call finishes the Step and the session goes on", podDeletedDuringToolCall},
@@ -122,6 +124,34 @@ func scaleAgent(t *testing.T) {
 	if cols := strings.Fields(out); len(cols) < 7 || cols[6] != "3" {
 		t.Fatalf("kubectl get agent support shows %q; want AVAILABLE 3", out)
 	}
+	kubectl(t, "scale", "agent", "support", "--replicas=2")
+	waitAgent(t, "support", func(a *agentsv1.Agent) bool { return a.Status.ReadyReplicas == 2 && a.Status.Replicas == 2 })
+	workerPods(t, "support", 2)
+}
+
+// autoscaleAgent applies the README's HorizontalPodAutoscaler example: the
+// cluster's HPA controller reads and writes the Agent's scale subresource,
+// and the operator follows. There is no metrics API here, so the HPA acts
+// on its minimum alone, which is what this shows.
+func autoscaleAgent(t *testing.T) {
+	kubectl(t, "apply", "-f", "../../examples/autoscaling/hpa.yaml")
+	waitFor(t, "the HPA to read the Agent's scale", func() (bool, error) {
+		var hpa autoscalingv2.HorizontalPodAutoscaler
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "support-workers"}, &hpa); err != nil {
+			return false, err
+		}
+		for _, c := range hpa.Status.Conditions {
+			if c.Type == autoscalingv2.AbleToScale && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	waitAgent(t, "support", func(a *agentsv1.Agent) bool {
+		return *a.Spec.Workers.Replicas == 3 && a.Status.ReadyReplicas == 3
+	})
+	workerPods(t, "support", 3)
+	kubectl(t, "delete", "-f", "../../examples/autoscaling/hpa.yaml", "--wait")
 	kubectl(t, "scale", "agent", "support", "--replicas=2")
 	waitAgent(t, "support", func(a *agentsv1.Agent) bool { return a.Status.ReadyReplicas == 2 && a.Status.Replicas == 2 })
 	workerPods(t, "support", 2)
