@@ -29,7 +29,7 @@ type TaskQueuePollers interface {
 const (
 	// DefaultPollerQuietPeriod exceeds the engine's one-minute long poll, so
 	// a worker in the middle of a poll always counts as polling.
-	DefaultPollerQuietPeriod = 75 * time.Second
+	DefaultPollerQuietPeriod = rollout.DefaultPollerQuietPeriod
 	defaultRolloutRecheck    = 2 * time.Second
 )
 

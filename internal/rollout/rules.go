@@ -9,6 +9,8 @@ package rollout
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/stepwise-run/stepwise/internal/version"
 )
@@ -168,4 +170,51 @@ func Lacking(feature Feature, engineVersions []string) (string, bool) {
 func rank(engineVersion string) (int, bool) {
 	i := slices.IndexFunc(Releases, func(r Release) bool { return r.EngineVersion == engineVersion })
 	return i, i >= 0
+}
+
+// Serves says whether workers of an engine version serve a feature. A
+// version newer than every row, from a newer release than this build, is
+// taken to serve every feature this build knows: releases only add.
+func Serves(engineVersion string, feature Feature) bool {
+	if Known(engineVersion) {
+		return slices.Contains(Features(engineVersion), feature)
+	}
+	return newerThan(engineVersion, Releases[len(Releases)-1].EngineVersion)
+}
+
+// Since is the engine version that brought a feature.
+func Since(feature Feature) string {
+	for _, r := range Releases {
+		if slices.Contains(r.Adds, feature) {
+			return r.EngineVersion
+		}
+	}
+	return ""
+}
+
+// newerThan compares two versions MAJOR.MINOR.PATCH; a pre-release or a
+// malformed version is never newer, since nothing says what it serves.
+func newerThan(a, b string) bool {
+	pa, okA := versionParts(a)
+	pb, okB := versionParts(b)
+	if !okA || !okB {
+		return false
+	}
+	return slices.Compare(pa, pb) > 0
+}
+
+func versionParts(v string) ([]int, bool) {
+	fields := strings.Split(strings.TrimPrefix(v, "v"), ".")
+	if len(fields) != 3 {
+		return nil, false
+	}
+	out := make([]int, 3)
+	for i, f := range fields {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, false
+		}
+		out[i] = n
+	}
+	return out, true
 }

@@ -150,3 +150,38 @@ func TestFeaturesInEffectAreWhatEveryLiveVersionServes(t *testing.T) {
 		t.Error("steering is served by 0.2.0 and 0.4.0, but Lacking names a version")
 	}
 }
+
+func TestServesAndIdentities(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		feature Feature
+		want    bool
+	}{
+		{"0.1.0", FeatureSteering, false},
+		{"0.2.0", FeatureSteering, true},
+		{"0.2.0", FeatureOrderedWrites, false},
+		{"99.0.0", FeatureOrderedWrites, true}, // a newer release than this build serves what this build knows
+		{"0.4.1-rc.1", FeatureSteering, false}, // a pre-release nothing describes
+		{"0.0.9", FeatureSteering, false},
+		{"garbage", FeatureSteering, false},
+	} {
+		if got := Serves(c.version, c.feature); got != c.want {
+			t.Errorf("Serves(%q, %s) = %v, want %v", c.version, c.feature, got, c.want)
+		}
+	}
+	if Since(FeatureOrderedWrites) != "0.3.0" || Since("nothing") != "" {
+		t.Errorf("Since(orderedWrites) = %q", Since(FeatureOrderedWrites))
+	}
+	id := WorkerIdentity(42, "support-worker-7d9f8-abcde", "0.4.0")
+	if id != "42@support-worker-7d9f8-abcde@engine-0.4.0" {
+		t.Errorf("identity = %q", id)
+	}
+	if v, ok := EngineVersionOfIdentity(id); !ok || v != "0.4.0" {
+		t.Errorf("EngineVersionOfIdentity(%q) = %q, %v", id, v, ok)
+	}
+	for _, other := range []string{"42@host@", "42@host", "", "1@engine-x@", "1@h@engine-"} {
+		if v, ok := EngineVersionOfIdentity(other); ok {
+			t.Errorf("EngineVersionOfIdentity(%q) = %q, want none", other, v)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
 )
 
@@ -40,6 +42,8 @@ type Sessions struct {
 	c         client.Client
 	flowType  string
 	taskQueue string
+	// recentPoll is how recently a worker must have polled to count.
+	recentPoll time.Duration
 }
 
 // TaskQueue is the task queue the operator gives an Agent's workers.
@@ -53,7 +57,7 @@ func New(c client.Client, flowType, taskQueue string) *Sessions {
 	if taskQueue == "" {
 		taskQueue = TaskQueue(flowType)
 	}
-	return &Sessions{c: c, flowType: flowType, taskQueue: taskQueue}
+	return &Sessions{c: c, flowType: flowType, taskQueue: taskQueue, recentPoll: recentPoll}
 }
 
 // Start starts a session; a non-blank initial message starts its first turn.
@@ -76,6 +80,9 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 		raw, err := contract.CheckedSessionSettings(o.settings)
 		if err != nil {
 			return false, fmt.Errorf("starting session %s: %w", sessionID, err)
+		}
+		if err := s.requireFeature(ctx, engine.UpdateStartSession, rollout.FeatureSessionSettings); err != nil {
+			return false, err
 		}
 		in.Settings = raw
 	}
@@ -122,6 +129,11 @@ func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...Sen
 	for _, opt := range opts {
 		opt.applyToSend(&o)
 	}
+	if o.planMode {
+		if err := s.requireFeature(ctx, engine.UpdateSendUserMessage, rollout.FeaturePlans); err != nil {
+			return false, err
+		}
+	}
 	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, engine.SendRequest{Text: text, PlanMode: o.planMode}, o.requestOptions)
 }
 
@@ -130,7 +142,7 @@ func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...Sen
 // the plan has that revision and is draft or active, no execution of it is
 // pending, and no message is queued or steered.
 func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision int, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateExecutePlan, session.ExecutePlanRequest{Revision: revision}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, engine.UpdateExecutePlan, rollout.FeaturePlans, session.ExecutePlanRequest{Revision: revision}, requestOpts(opts))
 }
 
 // Steer steers the running turn with new text: the turn ends at its next
@@ -139,19 +151,19 @@ func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision i
 // no turn runs, the text is queued like Send. It reports false for blank
 // text.
 func (s *Sessions) Steer(ctx context.Context, sessionID, text string, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{Text: text}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, engine.UpdateSteerUserMessage, rollout.FeatureSteering, session.SteerRequest{Text: text}, requestOpts(opts))
 }
 
 // SteerQueued steers the running turn with a queued message, by the ID the
 // snapshot lists. It reports false for a message no longer queued.
 func (s *Sessions) SteerQueued(ctx context.Context, sessionID, messageID string, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateSteerUserMessage, session.SteerRequest{MessageID: messageID}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, engine.UpdateSteerUserMessage, rollout.FeatureSteering, session.SteerRequest{MessageID: messageID}, requestOpts(opts))
 }
 
 // DeleteQueued deletes a queued message. It reports false for a message no
 // longer queued.
 func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: messageID}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, engine.UpdateDeleteQueuedMessage, rollout.FeatureSteering, session.DeleteRequest{MessageID: messageID}, requestOpts(opts))
 }
 
 // CancelTurn stops the running turn now, with no new turn: a running model
@@ -160,7 +172,7 @@ func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string
 // a second cancel of the same turn reports true. The turn may still
 // complete first, when its answer committed before the cancel.
 func (s *Sessions) CancelTurn(ctx context.Context, sessionID, turnID string, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateCancelTurn, session.CancelRequest{TurnID: turnID}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, engine.UpdateCancelTurn, rollout.FeatureSteering, session.CancelRequest{TurnID: turnID}, requestOpts(opts))
 }
 
 // Approve approves a pending tool call.
@@ -190,7 +202,7 @@ func (s *Sessions) UpdateSettings(ctx context.Context, sessionID string, setting
 	if err != nil {
 		return false, fmt.Errorf("%s on session %s: %w", engine.UpdateSessionSettings, sessionID, err)
 	}
-	return s.update(ctx, sessionID, engine.UpdateSessionSettings, engine.SettingsRequest{Settings: raw}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, engine.UpdateSessionSettings, rollout.FeatureSessionSettings, engine.SettingsRequest{Settings: raw}, requestOpts(opts))
 }
 
 func requestOpts(opts []RequestOption) requestOptions {
@@ -210,6 +222,15 @@ func updateID(name, requestID string) string {
 }
 
 // update runs an RPC; a refusal is false with no error.
+// gatedUpdate sends a request that needs a session feature, once the
+// feature is in effect.
+func (s *Sessions) gatedUpdate(ctx context.Context, sessionID, name string, feature rollout.Feature, arg any, o requestOptions) (bool, error) {
+	if err := s.requireFeature(ctx, name, feature); err != nil {
+		return false, err
+	}
+	return s.update(ctx, sessionID, name, arg, o)
+}
+
 func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any, o requestOptions) (bool, error) {
 	requestID, err := resolveRequestID(o.requestID)
 	if err != nil {

@@ -124,7 +124,7 @@ func waitEnded(ctx context.Context, err error) bool {
 // worker and waits to be retried is not waiting for a worker).
 func (s *Sessions) noWorker(ctx context.Context, sessionID string) string {
 	resp, err := s.c.DescribeTaskQueue(ctx, s.taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
-	if err == nil && !pollsRecently(resp.GetPollers(), time.Now()) {
+	if err == nil && !pollsRecently(resp.GetPollers(), time.Now(), s.recentPoll) {
 		return "no worker polls task queue " + s.taskQueue
 	}
 	desc, err := s.c.DescribeWorkflow(ctx, sessionID, "")
@@ -147,10 +147,10 @@ func (s *Sessions) noWorker(ctx context.Context, sessionID string) string {
 	return ""
 }
 
-// pollsRecently reports whether a poller polled within recentPoll of now.
-func pollsRecently(pollers []*taskqueuepb.PollerInfo, now time.Time) bool {
+// pollsRecently reports whether a poller polled within recent of now.
+func pollsRecently(pollers []*taskqueuepb.PollerInfo, now time.Time, recent time.Duration) bool {
 	for _, p := range pollers {
-		if now.Sub(p.GetLastAccessTime().AsTime()) < recentPoll {
+		if now.Sub(p.GetLastAccessTime().AsTime()) < recent {
 			return true
 		}
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
 	"github.com/stepwise-run/stepwise/internal/model/messages"
 	"github.com/stepwise-run/stepwise/internal/model/responses"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -302,10 +303,14 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	if stopTimeout == 0 {
 		stopTimeout = DefaultStopTimeout
 	}
+	// The identity names the engine version, so clients can tell which
+	// session features every worker of the task queue serves.
+	host, _ := os.Hostname()
 	w := engine.NewWorker(c, engine.WorkerOptions{
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
 		Runner: runner, Events: ring, Timings: stepTimings, PlanMode: def.PlanModeEnabled,
-		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout},
+		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
+			Identity: rollout.WorkerIdentity(os.Getpid(), host, version.EngineVersion)},
 	})
 
 	var ready atomic.Bool
