@@ -35,7 +35,7 @@ KUBECONFORM_SCHEMA := $(KUBESCHEMAS)/{{ .ResourceKind }}{{ .KindSuffix }}.json
 GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go \
 	$(CHART)/crds $(CHART)/files/role.yaml
 
-GO_TEST_FLAGS ?= -count=1
+GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
 # The release: the operator's version, the tag of every image and the Helm
 # chart's version. Images are named $(REGISTRY)/<name>:$(VERSION).

@@ -140,13 +140,18 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 		if r.s.Turn == nil {
 			r.move(turnTrack, session.StepAwaitUserMessage, session.TransitionNext)
 			r.enter(session.StepAwaitUserMessage)
-			err := workflow.Await(ctx, func() bool { return r.s.CanBeginTurn() || r.runIsFull() })
+			err := workflow.Await(ctx, func() bool { return r.s.CanBeginTurn() || r.runIsFull() || r.versionMoved() })
 			r.leave(session.StepAwaitUserMessage)
 			if err != nil {
 				return err
 			}
+			if r.versionMoved() {
+				// Between turns is the one place a session may change
+				// worker version: nothing of a turn is left to replay.
+				return r.continueAsNew(workflow.ContinueAsNewVersioningBehaviorAutoUpgrade)
+			}
 			if !r.s.CanBeginTurn() {
-				return r.continueAsNew()
+				return r.continueAsNew(workflow.ContinueAsNewVersioningBehaviorUnspecified)
 			}
 			events := r.s.BeginTurn()
 			r.emit(waitStepID(session.StepAwaitUserMessage, r.s.Turn.ID, ""), events)
@@ -169,22 +174,43 @@ func (r *run) runIsFull() bool {
 		info.GetCurrentHistorySize() >= budget.Bytes
 }
 
+// versionMoved reports whether the session runs pinned to a worker version
+// of a Temporal Worker Deployment that is no longer the one new sessions
+// start on. Temporal records it with each workflow task, so replay reads
+// the same answer.
+func (r *run) versionMoved() bool {
+	return workflow.GetInfo(r.ctx).GetTargetWorkerDeploymentVersionChanged()
+}
+
 // continueAsNew ends the run between Steps and starts a new one that
 // carries the session's state. Updates that are still running finish
-// first, so none is lost.
-func (r *run) continueAsNew() error {
+// first, so none is lost. Auto-upgrade starts the new run on the worker
+// version new sessions start on; unspecified keeps the run's own.
+func (r *run) continueAsNew(versioning workflow.ContinueAsNewVersioningBehavior) error {
 	if err := workflow.Await(r.ctx, func() bool { return workflow.AllHandlersFinished(r.ctx) }); err != nil {
 		return err
 	}
 	in := r.input
 	in.Carried = &CarriedState{State: r.s, StepSeq: r.stepSeq}
-	return workflow.NewContinueAsNewError(r.ctx, workflow.GetInfo(r.ctx).WorkflowType.Name, in)
+	name := workflow.GetInfo(r.ctx).WorkflowType.Name
+	if versioning == workflow.ContinueAsNewVersioningBehaviorUnspecified {
+		return workflow.NewContinueAsNewError(r.ctx, name, in)
+	}
+	return workflow.NewContinueAsNewErrorWithOptions(r.ctx,
+		workflow.ContinueAsNewErrorOptions{InitialVersioningBehavior: versioning}, name, in)
 }
 
 // register installs the RPC handlers before the workflow first blocks, so
 // an update delivered with the start is handled.
 func (r *run) register() error {
 	s := r.s
+	// The move signal only wakes the session: the move itself is decided
+	// from what Temporal records, so receiving is all it takes.
+	moves := workflow.GetSignalChannel(r.ctx, SignalMoveToCurrentVersion)
+	workflow.Go(r.ctx, func(ctx workflow.Context) {
+		for moves.Receive(ctx, nil) {
+		}
+	})
 	if err := workflow.SetQueryHandler(r.ctx, QuerySnapshot, func() (session.Snapshot, error) {
 		return s.Snapshot(), nil
 	}); err != nil {
@@ -374,7 +400,8 @@ func (r *run) runTurn() error {
 		turn := r.s.Turn
 		if r.runIsFull() {
 			// Between Steps: every tool call of the turn is final.
-			return r.continueAsNew()
+			// A turn ends on the worker version it began on.
+			return r.continueAsNew(workflow.ContinueAsNewVersioningBehaviorUnspecified)
 		}
 		if r.s.TurnControlRequested() {
 			// Steered or cancelled: no further model call.

@@ -37,6 +37,13 @@ const (
 	queryToolCallControl = "stepwise_tool_call_control"
 )
 
+// SignalMoveToCurrentVersion wakes a session that waits for its next
+// message while pinned to a worker version that new sessions no longer
+// start on. Awake between turns, it continues as new on the current
+// version, so the old version drains without waiting for its idle
+// sessions' next messages. A session mid-turn moves when the turn ends.
+const SignalMoveToCurrentVersion = "stepwise_move_to_current_version"
+
 // ActiveStepsAttribute is the KeywordList search attribute of the Steps a
 // session is in, shared by every Flow type so one query finds every session
 // waiting for a person across agents.

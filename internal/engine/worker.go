@@ -33,8 +33,20 @@ type WorkerOptions struct {
 	// HistoryBudget is when a session continues as new; zero uses
 	// DefaultHistoryBudget.
 	HistoryBudget HistoryBudget
+	// Version, when set, joins the worker to a Temporal Worker Deployment:
+	// each session is pinned to the version that starts it and moves to
+	// the deployment's current version between turns.
+	Version *WorkerVersion
 	// Options are passed to the SDK worker, for tuning beyond the above.
 	Options worker.Options
+}
+
+// WorkerVersion is a worker's place in a Temporal Worker Deployment.
+type WorkerVersion struct {
+	// DeploymentName names the Worker Deployment; it may not contain ".".
+	DeploymentName string
+	// BuildID names the version within it.
+	BuildID string
 }
 
 // NewWorker returns a worker that runs the sessions of one Flow type.
@@ -55,9 +67,20 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	opts := o.Options
 	opts.MaxConcurrentActivityExecutionSize = max(o.TaskSlots, 1)
 	opts.MaxConcurrentWorkflowTaskExecutionSize = max(o.TaskSlots, 2)
+	register := workflow.RegisterOptions{Name: o.FlowType}
+	if o.Version != nil {
+		// Pinned: no session replays a turn on a worker version other than
+		// the one that ran it; it changes version only by continuing as new.
+		opts.DeploymentOptions = worker.DeploymentOptions{
+			UseVersioning:             true,
+			Version:                   worker.WorkerDeploymentVersion{DeploymentName: o.Version.DeploymentName, BuildID: o.Version.BuildID},
+			DefaultVersioningBehavior: workflow.VersioningBehaviorPinned,
+		}
+		register.VersioningBehavior = workflow.VersioningBehaviorPinned
+	}
 	w := worker.New(c, o.TaskQueue, opts)
 	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, HistoryBudget: o.HistoryBudget}
-	w.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: o.FlowType})
+	w.RegisterWorkflowWithOptions(flow.Run, register)
 	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
 	acts.Register(w)
 	return w

@@ -143,6 +143,13 @@ type Worker struct {
 // StartWorker starts a worker process and waits until it polls for tasks.
 func (s *Stack) StartWorker() *Worker {
 	s.t.Helper()
+	return s.StartWorkerWith()
+}
+
+// StartWorkerWith starts a worker process with more command-line arguments,
+// such as a Worker Deployment version, and waits until it polls for tasks.
+func (s *Stack) StartWorkerWith(args ...string) *Worker {
+	s.t.Helper()
 	s.workers++
 	cfg := s.Config
 	cfg.HealthAddress = freeAddress(s.t)
@@ -159,7 +166,7 @@ func (s *Stack) StartWorker() *Worker {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command(s.Binary, "--config="+path, "--stop-timeout=5s")
+	cmd := exec.Command(s.Binary, append([]string{"--config=" + path, "--stop-timeout=5s"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "STEPWISE_TEST_DIR="+s.Dir), s.Env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

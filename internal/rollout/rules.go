@@ -50,6 +50,12 @@ type Release struct {
 	// Changes says, for people, what this version changed in the session
 	// Flow and why older workers cannot run beside it.
 	Changes string
+	// MovesBetweenTurns says the version's workers can join a Temporal
+	// Worker Deployment: each session is pinned to the worker version that
+	// started it and moves to the deployment's current version between
+	// turns, by continuing as new, so no turn ever runs on two versions.
+	// The versioned strategy needs it of the version it rolls from.
+	MovesBetweenTurns bool
 	// FlowGraphDigest is the digest of this version's session Flow graph
 	// document for the Flow type GraphCheckFlowType. A test recomputes it,
 	// so a change to the session Flow that keeps the version fails until
@@ -88,6 +94,15 @@ var Releases = []Release{
 		Changes: "The active Step types are written once per workflow task rather than once per change: a 0.3.0 " +
 			"worker replaying a 0.4.0 history would write them more often and fail replay.",
 		FlowGraphDigest: "sha256:b4fc6c1b685b32fa84cb145d288fdd16d7aca1b684689695f6cc63639a07406b",
+	},
+	{
+		EngineVersion:     "0.5.0",
+		RunsBeside:        []string{"0.4.0"},
+		MovesBetweenTurns: true,
+		Changes: "Workers can join a Temporal Worker Deployment: a session is pinned to the worker version that " +
+			"started it and, between turns, continues as new on the current version, woken by the move signal " +
+			"when idle. Without versioning its histories are 0.4.0's, so the two run beside each other.",
+		FlowGraphDigest: "sha256:ff1e079fb460c7330e424ab55e56969c7f15b90923c079628b442929efaf729f",
 	},
 }
 
@@ -178,6 +193,16 @@ func rank(engineVersion string) (int, bool) {
 func Serves(engineVersion string, feature Feature) bool {
 	if Known(engineVersion) {
 		return slices.Contains(Features(engineVersion), feature)
+	}
+	return newerThan(engineVersion, Releases[len(Releases)-1].EngineVersion)
+}
+
+// MovesBetweenTurnsIn says whether sessions on workers of an engine version
+// move to a Worker Deployment's current version between turns. A version
+// newer than every row is taken to, as releases only add.
+func MovesBetweenTurnsIn(engineVersion string) bool {
+	if r, ok := ReleaseOf(engineVersion); ok {
+		return r.MovesBetweenTurns
 	}
 	return newerThan(engineVersion, Releases[len(Releases)-1].EngineVersion)
 }

@@ -185,3 +185,26 @@ func TestServesAndIdentities(t *testing.T) {
 		}
 	}
 }
+
+// Only workers that move their sessions between turns may be rolled by
+// worker versioning: a session pinned to any other version would stay on it
+// until it ends, and its version could never drain.
+func TestMovesBetweenTurnsIn(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		want    bool
+	}{
+		{"0.4.0", false},
+		{"0.5.0", true},
+		{"99.0.0", true}, // releases only add
+		{"0.5.1-rc.1", false},
+		{"garbage", false},
+	} {
+		if got := MovesBetweenTurnsIn(c.version); got != c.want {
+			t.Errorf("MovesBetweenTurnsIn(%q) = %v, want %v", c.version, got, c.want)
+		}
+	}
+	if !RunBeside("0.4.0", "0.5.0") {
+		t.Error("0.5.0 runs beside 0.4.0: without versioning their histories are the same")
+	}
+}

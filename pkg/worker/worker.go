@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -66,6 +67,12 @@ type Options struct {
 	// StopTimeout bounds how long running Steps may finish after SIGTERM;
 	// zero uses 290 seconds, inside the Deployment's grace period.
 	StopTimeout time.Duration
+	// DeploymentName and BuildID, when set, join the worker to that
+	// Temporal Worker Deployment as that version: each session stays on
+	// the version that started it and moves to the deployment's current
+	// version between turns. The operator sets both under the versioned
+	// rollout strategy.
+	DeploymentName, BuildID string
 	// Logger logs; nil logs JSON to stderr.
 	Logger *slog.Logger
 }
@@ -82,7 +89,12 @@ func Main(opts Options) {
 func main(opts Options) int {
 	configPath := flag.String("config", "/etc/stepwise/worker/"+workerconfig.FileName, "Path of the worker configuration document.")
 	stopTimeout := flag.Duration("stop-timeout", DefaultStopTimeout, "How long running Steps may finish after SIGTERM.")
+	deploymentName := flag.String("deployment-name", "", "Temporal Worker Deployment to join; needs --build-id.")
+	buildID := flag.String("build-id", "", "This worker's version in the Worker Deployment.")
 	flag.Parse()
+	if opts.DeploymentName == "" && opts.BuildID == "" {
+		opts.DeploymentName, opts.BuildID = *deploymentName, *buildID
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
@@ -306,7 +318,12 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	// The identity names the engine version, so clients can tell which
 	// session features every worker of the task queue serves.
 	host, _ := os.Hostname()
+	workerVersion, err := deploymentVersion(opts.DeploymentName, opts.BuildID)
+	if err != nil {
+		return err
+	}
 	w := engine.NewWorker(c, engine.WorkerOptions{
+		Version:  workerVersion,
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
 		Runner: runner, Events: ring, Timings: stepTimings, PlanMode: def.PlanModeEnabled,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
@@ -506,4 +523,18 @@ func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
 	return mcp.NewSource(mcp.SourceOptions{
 		Name: ts.SourceName, Servers: []mcp.Server{server}, ResourceAndPromptTools: ts.ResourceAndPromptTools,
 	})
+}
+
+// deploymentVersion checks a worker's Worker Deployment and build ID, which
+// come together or not at all.
+func deploymentVersion(deploymentName, buildID string) (*engine.WorkerVersion, error) {
+	switch {
+	case deploymentName == "" && buildID == "":
+		return nil, nil
+	case deploymentName == "" || buildID == "":
+		return nil, fmt.Errorf("--deployment-name %q and --build-id %q: set both to join a Worker Deployment, or neither", deploymentName, buildID)
+	case strings.Contains(deploymentName, "."):
+		return nil, fmt.Errorf("--deployment-name %q: a Worker Deployment name may not contain \".\"", deploymentName)
+	}
+	return &engine.WorkerVersion{DeploymentName: deploymentName, BuildID: buildID}, nil
 }

@@ -940,3 +940,25 @@ func TestDefinitionTakesPlanModeFromTheConfiguration(t *testing.T) {
 		t.Errorf("plan mode without write_todos = %v", err)
 	}
 }
+
+// A worker joins a Worker Deployment with both a name and a build ID, or
+// not at all; a half-set pair or a name Temporal would refuse stops it at
+// start, naming the flag.
+func TestDeploymentVersionNeedsBothFlags(t *testing.T) {
+	if v, err := deploymentVersion("", ""); v != nil || err != nil {
+		t.Errorf("no flags = %+v, %v; want an unversioned worker", v, err)
+	}
+	v, err := deploymentVersion("shop_support", "0.5.0-1a2b3c4d5e6f")
+	if err != nil || v == nil || v.DeploymentName != "shop_support" || v.BuildID != "0.5.0-1a2b3c4d5e6f" {
+		t.Errorf("both flags = %+v, %v", v, err)
+	}
+	for _, c := range []struct{ name, buildID, want string }{
+		{"shop_support", "", "--build-id"},
+		{"", "0.5.0-1a2b3c4d5e6f", "--deployment-name"},
+		{"shop.support", "0.5.0-1a2b3c4d5e6f", `may not contain "."`},
+	} {
+		if _, err := deploymentVersion(c.name, c.buildID); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("deploymentVersion(%q, %q) = %v, want an error naming %s", c.name, c.buildID, err, c.want)
+		}
+	}
+}

@@ -19,12 +19,13 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/version"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
-// stopOldFirstUnderLoad rolls the exporter Agent back to the engine version
-// before the current one and then forward again, each time while sessions
+// stopOldFirstUnderLoad rolls the exporter Agent back to the latest engine
+// version the current one may not run beside, and then forward again, each time while sessions
 // run a non-idempotent tool call. The rules let neither version run beside
 // the other, so the operator must stop every old worker first. A pod watch
 // from a fixed resourceVersion and the task queue's pollers show that no
@@ -33,7 +34,12 @@ import (
 func stopOldFirstUnderLoad(t *testing.T) {
 	const agentName = "exporter"
 	current := version.EngineVersion
-	previous := version.EngineVersions[len(version.EngineVersions)-2]
+	previous := ""
+	for _, v := range version.EngineVersions {
+		if !rollout.RunBeside(v, current) {
+			previous = v
+		}
+	}
 	agent := waitAgent(t, agentName, func(a *agentsv1.Agent) bool { return a.Status.ReadyReplicas == 2 })
 	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
 	watcher := watchWorkers(t, agentName, agent.Status.TaskQueue)
