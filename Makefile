@@ -5,7 +5,7 @@ KUBE_VERSION           := $(call tool_version,kube,k8s.io/kubernetes)
 ETCD_VERSION           := $(call tool_version,etcd,go.etcd.io/etcd/server/v3)
 CONTROLLER_GEN_VERSION := $(call tool_version,controller-gen,sigs.k8s.io/controller-tools)
 GOLANGCI_LINT_VERSION  := $(call tool_version,golangci-lint,github.com/golangci/golangci-lint/v2)
-TEMPORAL_VERSION       := $(call tool_version,temporal,github.com/temporalio/cli)
+TEMPORAL_VERSION       := $(call tool_version,temporal,go.temporal.io/server)
 WORKFLOWCHECK_VERSION  := $(call tool_version,workflowcheck,go.temporal.io/sdk/contrib/tools/workflowcheck)
 HELM_VERSION           := $(call tool_version,helm,helm.sh/helm/v4)
 KUBECONFORM_VERSION    := $(call tool_version,kubeconform,github.com/yannh/kubeconform)
@@ -17,7 +17,7 @@ GOLANGCI_LINT  := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBE_DIR       := $(BIN)/kube-$(KUBE_VERSION)
 ETCD_DIR       := $(BIN)/etcd-$(ETCD_VERSION)
 ENVTEST_ASSETS := $(BIN)/envtest-k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
-TEMPORAL       := $(BIN)/temporal-$(TEMPORAL_VERSION)/temporal
+TEMPORAL       := $(BIN)/temporal-server-$(TEMPORAL_VERSION)/temporal-server
 WORKFLOWCHECK  := $(BIN)/workflowcheck-$(WORKFLOWCHECK_VERSION)
 HELM           := $(BIN)/helm-$(HELM_VERSION)
 KUBECONFORM    := $(BIN)/kubeconform-$(KUBECONFORM_VERSION)
@@ -108,20 +108,20 @@ chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its re
 
 .PHONY: test
 test: verify-tree verify-gen vet lint envtest temporal mcp-servers chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server and MCP servers, then the end-to-end suite on a real single-node cluster.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
 	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) \
 		go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory e2e
 
 .PHONY: record-histories
 record-histories: temporal ## Record this engine version's session histories, which later versions must replay.
-	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) \
+	STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
 	STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories/$$(sed -n 's/^const EngineVersion = "\(.*\)"/\1/p' internal/version/version.go) \
 		go test -count=1 -run TestRecordHistories ./internal/enginetest/
 
 .PHONY: bench
-bench: temporal ## Measure the engine's per-Step overhead and turns per second on a local Temporal dev server.
-	STEPWISE_TEMPORAL_CLI=$(TEMPORAL) go test -run '^$$' -bench . -benchtime 200x -count 1 ./internal/enginetest/
+bench: temporal ## Measure the engine's per-Step overhead and turns per second on a local Temporal server.
+	STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) go test -run '^$$' -bench . -benchtime 200x -count 1 ./internal/enginetest/
 
 # Flags for the scale benchmark, such as SCALEBENCH_FLAGS="--agents 200 --sync-period 0".
 SCALEBENCH_FLAGS ?=
@@ -180,7 +180,7 @@ cluster-down: ## Stop the cluster make cluster started and restore what it chang
 .PHONY: e2e
 e2e: cluster-tools images $(HELM) temporal ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods.
 	STEPWISE_E2E_KUBE_BIN=$(KUBE_DIR) STEPWISE_E2E_ETCD=$(ETCD_DIR)/etcd STEPWISE_E2E_IMAGES=$(BIN)/images \
-	STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION) STEPWISE_HELM=$(HELM) STEPWISE_TEMPORAL_CLI=$(TEMPORAL) \
+	STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION) STEPWISE_HELM=$(HELM) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
 		go test -count=1 -v -timeout 40m ./test/e2e/
 
 ##@ Tools
@@ -226,12 +226,12 @@ $(ETCD_DIR)/.built:
 	touch $@
 
 .PHONY: temporal
-temporal: $(TEMPORAL) ## Build the Temporal CLI, whose dev server the tests and the local default run, into bin/.
+temporal: $(TEMPORAL) ## Build the Temporal server the tests and the local default run, into bin/.
 
-# The Temporal CLI comes from source for the same reason as kube-apiserver.
+# The Temporal server comes from source for the same reason as kube-apiserver.
 $(TEMPORAL):
 	mkdir -p $(dir $@)
-	cd hack/tools/temporal && go build -o $@ github.com/temporalio/cli/cmd/temporal
+	cd hack/tools/temporal && go build -o $@ go.temporal.io/server/cmd/server
 
 .PHONY: mcp-servers
 mcp-servers: $(MCP_SERVERS)/.ready ## Install the reference MCP servers the tests run (server-everything, server-filesystem) from npm into bin/.

@@ -29,7 +29,7 @@ func runDemo(args []string) (err error) {
 	fs.StringVar(&opts.KubeBin, "kube-bin", "", "Directory with the Kubernetes binaries.")
 	fs.StringVar(&opts.Etcd, "etcd", "", "The etcd binary.")
 	helm := fs.String("helm", "", "The Helm binary.")
-	temporal := fs.String("temporal", "", "The Temporal CLI.")
+	temporal := fs.String("temporal", "", "The Temporal server binary.")
 	registry := fs.String("registry", "", "Registry prefix the images were built under.")
 	version := fs.String("version", "", "The images' tag.")
 	chart := fs.String("chart", "charts/stepwise", "The operator's chart.")

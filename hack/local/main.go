@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&opts.manager, "manager", "bin/manager", "The operator binary.")
 	flag.StringVar(&opts.samples, "samples", "config/samples", "Directory of manifests to apply.")
 	flag.StringVar(&opts.crds, "crds", "config/crd/bases", "Directory of the CRDs.")
-	flag.StringVar(&opts.temporal, "temporal", "", "The Temporal CLI, whose dev server the sessions run on.")
+	flag.StringVar(&opts.temporal, "temporal", "", "The Temporal server binary the sessions run on.")
 	flag.StringVar(&opts.worker, "worker", "bin/support-worker", "The worker binary to run for the demo Agent.")
 	flag.StringVar(&opts.demoAgent, "demo-agent", "support", "The Agent whose worker runs the demo session.")
 	flag.DurationVar(&opts.timeout, "timeout", 2*time.Minute, "How long to wait for the samples to become Ready.")

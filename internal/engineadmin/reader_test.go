@@ -13,7 +13,6 @@ import (
 	deploymentpb "go.temporal.io/api/deployment/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,7 +28,7 @@ const shortLongPoll = `matching.longPollExpirationInterval="10s"`
 // waitLong is how long a test waits for the engine under load.
 const waitLong = time.Minute
 
-func startServer(t *testing.T) (*testsuite.DevServer, Connection) {
+func startServer(t *testing.T) (*devserver.Server, Connection) {
 	t.Helper()
 	server := enginetest.StartDevServer(t, "--dynamic-config-value", shortLongPoll)
 	return server, Connection{Address: server.FrontendHostPort(), Namespace: devserver.Namespace}
@@ -47,7 +46,7 @@ func idleActivity(context.Context) error  { return nil }
 
 // startWorker starts a worker on the task queue with an identity shaped as
 // the stepwise workers' are, "<pid>@<pod>@".
-func startWorker(t *testing.T, server *testsuite.DevServer, taskQueue, identity string) worker.Worker {
+func startWorker(t *testing.T, server *devserver.Server, taskQueue, identity string) worker.Worker {
 	t.Helper()
 	w := worker.New(server.Client(), taskQueue, worker.Options{Identity: identity})
 	w.RegisterWorkflow(idleWorkflow)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -13,6 +14,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -187,4 +189,25 @@ func TestRecordHistories(t *testing.T) {
 	// from carried state and continued again.
 	save(long.Client, "continued", all[len(all)-1].GetExecution().GetRunId(), "continued-first-run.json")
 	save(long.Client, "continued", all[1].GetExecution().GetRunId(), "continued-carried-run.json")
+
+	// Since 0.5.0: a session pinned to a worker version, woken by the move
+	// signal once another version is current, continues as new on it.
+	versioned := NewStack(t, ReplayFlowType, versionedServerArgs...)
+	startVersion(t, versioned, "record_Recorded", "0.5.0-old")
+	versionedSessions := client.New(versioned.Client, versioned.FlowType, "")
+	must(versionedSessions.Start(ctx, "moved", "hello"))
+	lastAnswer(t, versionedSessions, "moved", 1)
+	_, firstRun := pinnedTo(t, versioned, "moved")
+	startVersion(t, versioned, "record_Recorded", "0.5.0-new")
+	Eventually(t, waitLong, "the session to move", func() (bool, error) {
+		if build, _ := pinnedTo(t, versioned, "moved"); build == "0.5.0-new" {
+			return true, nil
+		}
+		time.Sleep(time.Second)
+		return false, versioned.Client.SignalWorkflow(ctx, "moved", "", engine.SignalMoveToCurrentVersion, nil)
+	})
+	must(versionedSessions.Send(ctx, "moved", "again"))
+	lastAnswer(t, versionedSessions, "moved", 2)
+	save(versioned.Client, "moved", firstRun, "moved-first-run.json")
+	save(versioned.Client, "moved", "", "moved-carried-run.json")
 }

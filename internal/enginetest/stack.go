@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/testsuite"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/stepwise-run/stepwise/internal/devserver"
@@ -23,19 +22,19 @@ import (
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
-// TemporalCLIEnv names the Temporal CLI the tests start dev servers with;
-// `make test` sets it to the CLI it builds into bin/.
-const TemporalCLIEnv = "STEPWISE_TEMPORAL_CLI"
+// TemporalServerEnv names the Temporal server binary the tests start;
+// `make test` sets it to the server it builds into bin/.
+const TemporalServerEnv = "STEPWISE_TEMPORAL_SERVER"
 
 // StartDevServer starts a Temporal dev server, with extra arguments such as
 // dynamic configuration, and stops it when the test ends.
-func StartDevServer(t testing.TB, extra ...string) *testsuite.DevServer {
+func StartDevServer(t testing.TB, extra ...string) *devserver.Server {
 	t.Helper()
-	cli := os.Getenv(TemporalCLIEnv)
-	if cli == "" {
-		t.Fatalf("%s is not set: run the engine tests with `make test`, which builds the Temporal CLI into bin/", TemporalCLIEnv)
+	binary := os.Getenv(TemporalServerEnv)
+	if binary == "" {
+		t.Fatalf("%s is not set: run the engine tests with `make test`, which builds the Temporal server into bin/", TemporalServerEnv)
 	}
-	server, err := devserver.Start(context.Background(), cli, extra...)
+	server, err := devserver.Start(context.Background(), binary, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +87,7 @@ func StockWorkerBinary(t testing.TB) string { return buildBinary(t, "../../cmd/a
 type Stack struct {
 	t        testing.TB
 	Dir      string
-	Server   *testsuite.DevServer
+	Server   *devserver.Server
 	Client   client.Client
 	FlowType string
 	Config   workerconfig.Config

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"go.temporal.io/sdk/testsuite"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -37,7 +36,7 @@ type env struct {
 var (
 	cfg     env
 	cluster *testcluster.Cluster
-	engine  *testsuite.DevServer
+	engine  *devserver.Server
 	// engineForPods is the engine's address as pods reach it.
 	engineForPods string
 	kube          client.Client
@@ -50,7 +49,7 @@ func TestMain(m *testing.M) {
 		etcd:     os.Getenv("STEPWISE_E2E_ETCD"),
 		images:   os.Getenv("STEPWISE_E2E_IMAGES"),
 		helm:     os.Getenv("STEPWISE_HELM"),
-		temporal: os.Getenv("STEPWISE_TEMPORAL_CLI"),
+		temporal: os.Getenv("STEPWISE_TEMPORAL_SERVER"),
 		registry: os.Getenv("STEPWISE_E2E_REGISTRY"),
 		version:  os.Getenv("STEPWISE_E2E_VERSION"),
 	}
