@@ -138,7 +138,7 @@ func ConnectionFor(r *render.Resolved, secrets map[string]*corev1.Secret) (Conne
 	for _, use := range uses {
 		switch {
 		case strings.HasSuffix(use.Field, ".apiKeySecretRef"):
-			value, _ := secretValue(secrets[use.Secret], use.Required[0])
+			value, _ := render.SecretValue(secrets[use.Secret], use.Required[0])
 			conn.APIKey = string(value)
 		case strings.HasSuffix(use.Field, ".tls.secretRef"):
 			material, err := tlsMaterial(use, secrets[use.Secret], r.EngineTLS)
@@ -185,7 +185,7 @@ func tlsMaterial(use render.SecretUse, secret *corev1.Secret, files render.TLSFi
 		return nil, fmt.Errorf("%s: Secret %q does not exist", use.Field, use.Secret)
 	}
 	read := func(key string) ([]byte, error) {
-		value, ok := secretValue(secret, key)
+		value, ok := render.SecretValue(secret, key)
 		if !ok {
 			return nil, fmt.Errorf("%s: Secret %q has no key %q", use.Field, use.Secret, key)
 		}
@@ -207,19 +207,4 @@ func tlsMaterial(use render.SecretUse, secret *corev1.Secret, files render.TLSFi
 		}
 	}
 	return out, nil
-}
-
-// secretValue reads a key from data, or from stringData of a Secret that
-// has not been through the API server, as render does.
-func secretValue(secret *corev1.Secret, key string) ([]byte, bool) {
-	if secret == nil {
-		return nil, false
-	}
-	if v, ok := secret.Data[key]; ok {
-		return v, true
-	}
-	if v, ok := secret.StringData[key]; ok {
-		return []byte(v), true
-	}
-	return nil, false
 }

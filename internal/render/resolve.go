@@ -384,7 +384,7 @@ func CheckSecrets(uses []SecretUse, secrets map[string]*corev1.Secret) *Blocker 
 			return blocked(agentsv1.ReasonSecretNotFound, "%s: Secret %q does not exist", use.Field, use.Secret)
 		}
 		for _, k := range use.Required {
-			value, ok := secretValue(secret, k)
+			value, ok := SecretValue(secret, k)
 			if !ok {
 				return blocked(agentsv1.ReasonSecretKeyNotFound, "%s: Secret %q has no key %q", use.Field, use.Secret, k)
 			}
@@ -411,7 +411,7 @@ func (r *resolver) secrets() *Blocker {
 	for _, use := range uses {
 		secret := r.observed.Secrets[use.Secret]
 		for _, k := range slices.Concat(use.Required, use.Optional) {
-			if value, ok := secretValue(secret, k); ok {
+			if value, ok := SecretValue(secret, k); ok {
 				sum := sha256.Sum256(value)
 				digests[use.Secret+"\x00"+k] = SecretKeyDigest{Secret: use.Secret, Key: k, SHA256: hex.EncodeToString(sum[:])}
 			}
@@ -424,7 +424,7 @@ func (r *resolver) secrets() *Blocker {
 		return strings.Compare(a.Secret+"\x00"+a.Key, b.Secret+"\x00"+b.Key)
 	})
 	if ms := r.out.MediaStore; ms != nil && ms.Spec.S3 != nil && ms.Spec.S3.CredentialsSecretRef != nil {
-		_, r.out.S3SessionToken = secretValue(r.observed.Secrets[ms.Spec.S3.CredentialsSecretRef.Name], S3SessionTokenKey)
+		_, r.out.S3SessionToken = SecretValue(r.observed.Secrets[ms.Spec.S3.CredentialsSecretRef.Name], S3SessionTokenKey)
 	}
 	return nil
 }
@@ -438,9 +438,9 @@ func (r *resolver) engineTLS() *Blocker {
 	if !ok {
 		return blocked(agentsv1.ReasonSecretNotFound, "%s.tls.secretRef: Secret %q does not exist", engineField(r.agent), tls.SecretRef.Name)
 	}
-	_, ca := secretValue(secret, TLSCAKey)
-	_, cert := secretValue(secret, TLSCertKey)
-	_, key := secretValue(secret, TLSPrivateKeyKey)
+	_, ca := SecretValue(secret, TLSCAKey)
+	_, cert := SecretValue(secret, TLSCertKey)
+	_, key := SecretValue(secret, TLSPrivateKeyKey)
 	if cert != key {
 		return blocked(agentsv1.ReasonSecretKeyNotFound,
 			"%s.tls.secretRef: Secret %q must have both %s and %s for a client certificate, or neither",
@@ -455,9 +455,10 @@ func (r *resolver) engineTLS() *Blocker {
 	return nil
 }
 
-// secretValue reads a key from data, or from stringData of a Secret that has
-// not been through the API server, as in tests.
-func secretValue(secret *corev1.Secret, key string) ([]byte, bool) {
+// SecretValue reads a key from data, or from stringData of a Secret that has
+// not been through the API server, as in tests. The operator's engine
+// client reads the same Secrets the same way.
+func SecretValue(secret *corev1.Secret, key string) ([]byte, bool) {
 	if secret == nil {
 		return nil, false
 	}
