@@ -102,10 +102,10 @@ func run() error {
 	if pollerQuietPeriod <= 0 {
 		return fmt.Errorf("--poller-quiet-period must be positive, not %s", pollerQuietPeriod)
 	}
-	engines := engineadmin.NewReader(ctrl.Log.WithName("engine"))
+	engines := engineadmin.New(ctrl.Log.WithName("engine"))
 	defer engines.Close()
 	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults,
-		Pollers: controller.EnginePollers{Reader: engines}, PollerQuietPeriod: pollerQuietPeriod}); err != nil {
+		Pollers: controller.EnginePollers{Client: engines}, PollerQuietPeriod: pollerQuietPeriod}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -104,3 +104,11 @@ func TaskPollInterval(d time.Duration) time.Duration {
 func MissingTaskPollerText(tool string) string {
 	return fmt.Sprintf("tool %s started a task, but it has no task poller, so the session cannot follow the task", tool)
 }
+
+// SignalMoveToCurrentVersion wakes a session that waits for its next
+// message while pinned to a worker version that new sessions no longer
+// start on. Awake between turns, it continues as new on the current
+// version, so the old version drains without waiting for its idle
+// sessions' next messages. A session mid-turn moves when the turn ends.
+// The operator sends it during a versioned rollout.
+const SignalMoveToCurrentVersion = "stepwise_move_to_current_version"

@@ -174,7 +174,7 @@ func (r *AgentReconciler) scaleDeployment(ctx context.Context, d *appsv1.Deploym
 // EnginePollers reads an Agent's task queue pollers on its engine, reached
 // as its workers reach it.
 type EnginePollers struct {
-	Reader *engineadmin.Reader
+	Client *engineadmin.Client
 }
 
 // Pollers implements TaskQueuePollers.
@@ -183,7 +183,7 @@ func (e EnginePollers) Pollers(ctx context.Context, resolved *render.Resolved, s
 	if err != nil {
 		return nil, err
 	}
-	pollers, err := e.Reader.Pollers(ctx, conn, taskQueue)
+	pollers, err := e.Client.Pollers(ctx, conn, taskQueue)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
 )
 
@@ -37,12 +38,9 @@ const (
 	queryToolCallControl = "stepwise_tool_call_control"
 )
 
-// SignalMoveToCurrentVersion wakes a session that waits for its next
-// message while pinned to a worker version that new sessions no longer
-// start on. Awake between turns, it continues as new on the current
-// version, so the old version drains without waiting for its idle
-// sessions' next messages. A session mid-turn moves when the turn ends.
-const SignalMoveToCurrentVersion = "stepwise_move_to_current_version"
+// SignalMoveToCurrentVersion is the session's move signal, whose name the
+// operator shares from internal/contract.
+const SignalMoveToCurrentVersion = contract.SignalMoveToCurrentVersion
 
 // ActiveStepsAttribute is the KeywordList search attribute of the Steps a
 // session is in, shared by every Flow type so one query finds every session

@@ -4,7 +4,7 @@
 // The operator reaches the engine exactly as an Agent's workers do:
 // ConnectionFor builds the address, namespace, TLS material and API key from
 // the same Secret keys the rendered worker configuration points at, and the
-// Reader dials with the same SDK options. Errors name the field and the
+// Client dials with the same SDK options. Errors name the field and the
 // Secret, never a value.
 //
 // # What the engine says about pollers

@@ -192,7 +192,7 @@ func TestRecordHistories(t *testing.T) {
 
 	// Since 0.5.0: a session pinned to a worker version, woken by the move
 	// signal once another version is current, continues as new on it.
-	versioned := NewStack(t, ReplayFlowType, versionedServerArgs...)
+	versioned := NewStack(t, ReplayFlowType, VersionedServerArgs...)
 	startVersion(t, versioned, "record_Recorded", "0.5.0-old")
 	versionedSessions := client.New(versioned.Client, versioned.FlowType, "")
 	must(versionedSessions.Start(ctx, "moved", "hello"))

@@ -22,6 +22,15 @@ import (
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
+// VersionedServerArgs let a test see a Worker Deployment version drained,
+// and its stopped workers forgotten, within seconds, not the minutes
+// Temporal waits by default.
+var VersionedServerArgs = []string{
+	"--dynamic-config-value", `matching.PollerHistoryTTL="5s"`,
+	"--dynamic-config-value", `matching.wv.VersionDrainageStatusVisibilityGracePeriod="2s"`,
+	"--dynamic-config-value", `matching.wv.VersionDrainageStatusRefreshInterval="2s"`,
+}
+
 // TemporalServerEnv names the Temporal server binary the tests start;
 // `make test` sets it to the server it builds into bin/.
 const TemporalServerEnv = "STEPWISE_TEMPORAL_SERVER"

@@ -12,15 +12,6 @@ import (
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
-// versionedServerArgs let a test see a version drained, and its stopped
-// workers forgotten, within seconds, not the minutes Temporal waits by
-// default.
-var versionedServerArgs = []string{
-	"--dynamic-config-value", `matching.PollerHistoryTTL="5s"`,
-	"--dynamic-config-value", `matching.wv.VersionDrainageStatusVisibilityGracePeriod="2s"`,
-	"--dynamic-config-value", `matching.wv.VersionDrainageStatusRefreshInterval="2s"`,
-}
-
 // startVersion starts a worker as one version of a Worker Deployment and
 // makes that version the one new sessions start on.
 func startVersion(t *testing.T, s *Stack, deployment, buildID string) *Worker {
@@ -52,7 +43,7 @@ func pinnedTo(t *testing.T, s *Stack, id string) (buildID, runID string) {
 // turns: an idle session when the move signal wakes it, a busy one as its
 // turn ends. The old version then drains and its record can be deleted.
 func TestSessionsMoveToTheCurrentWorkerVersionBetweenTurns(t *testing.T) {
-	s := NewStack(t, "Versioned", versionedServerArgs...)
+	s := NewStack(t, "Versioned", VersionedServerArgs...)
 	const deployment = "test_Versioned"
 	ctx := context.Background()
 	api := sessions.New(s.Client, s.FlowType, "")

@@ -34,9 +34,9 @@ func startServer(t *testing.T) (*devserver.Server, Connection) {
 	return server, Connection{Address: server.FrontendHostPort(), Namespace: devserver.Namespace}
 }
 
-func newTestReader(t *testing.T, opts ...ReaderOption) *Reader {
+func newTestClient(t *testing.T, opts ...Option) *Client {
 	t.Helper()
-	r := NewReader(logr.Discard(), opts...)
+	r := New(logr.Discard(), opts...)
 	t.Cleanup(r.Close)
 	return r
 }
@@ -71,18 +71,18 @@ func lastAccess(pollers []Poller, identity string) map[string]time.Time {
 
 func TestPollersOfARunningAndAStoppedWorker(t *testing.T) {
 	server, conn := startServer(t)
-	reader := newTestReader(t)
+	engines := newTestClient(t)
 	ctx := context.Background()
 	const identity = "4242@support-7d9f8-abcde@"
 	w := startWorker(t, server, "support", identity)
 
 	var first map[string]time.Time
 	enginetest.Eventually(t, waitLong, "the worker to be listed for both task queue types", func() (bool, error) {
-		pollers, err := reader.Pollers(ctx, conn, "support")
+		pollers, err := engines.Pollers(ctx, conn, "support")
 		first = lastAccess(pollers, identity)
 		return len(first) == 2, err
 	})
-	pollers, err := reader.Pollers(ctx, conn, "support")
+	pollers, err := engines.Pollers(ctx, conn, "support")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestPollersOfARunningAndAStoppedWorker(t *testing.T) {
 	}
 	// A polling worker's LastAccess advances at least once per long poll.
 	enginetest.Eventually(t, waitLong, "a running worker's last access to advance for both types", func() (bool, error) {
-		pollers, err := reader.Pollers(ctx, conn, "support")
+		pollers, err := engines.Pollers(ctx, conn, "support")
 		now := lastAccess(pollers, identity)
 		return now[WorkflowTaskQueue].After(first[WorkflowTaskQueue]) && now[ActivityTaskQueue].After(first[ActivityTaskQueue]), err
 	})
@@ -103,12 +103,12 @@ func TestPollersOfARunningAndAStoppedWorker(t *testing.T) {
 	// changes: two reads more than a long poll apart agree.
 	var settled map[string]time.Time
 	enginetest.Eventually(t, 2*waitLong, "a stopped worker's last access to stop advancing", func() (bool, error) {
-		before, err := reader.Pollers(ctx, conn, "support")
+		before, err := engines.Pollers(ctx, conn, "support")
 		if err != nil {
 			return false, err
 		}
 		time.Sleep(12 * time.Second)
-		after, err := reader.Pollers(ctx, conn, "support")
+		after, err := engines.Pollers(ctx, conn, "support")
 		if err != nil {
 			return false, err
 		}
@@ -123,7 +123,7 @@ func TestPollersOfARunningAndAStoppedWorker(t *testing.T) {
 
 func TestPollersOfAnUnknownTaskQueueAreNone(t *testing.T) {
 	_, conn := startServer(t)
-	pollers, err := newTestReader(t).Pollers(context.Background(), conn, "nobody-polls-this")
+	pollers, err := newTestClient(t).Pollers(context.Background(), conn, "nobody-polls-this")
 	if err != nil || len(pollers) != 0 {
 		t.Fatalf("Pollers() = %v, %v; want none and no error", pollers, err)
 	}
@@ -176,12 +176,12 @@ func silentAddress(t *testing.T) string {
 }
 
 func TestPollersOfAnUnreachableEngineFailWithinTheTimeout(t *testing.T) {
-	reader := newTestReader(t, WithCallTimeout(3*time.Second))
+	engines := newTestClient(t, WithCallTimeout(3*time.Second))
 	for name, address := range map[string]string{"refused": refusingAddress(t), "silent": silentAddress(t)} {
 		t.Run(name, func(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
-				_, err := reader.Pollers(context.Background(), Connection{Address: address, Namespace: "default"}, "support")
+				_, err := engines.Pollers(context.Background(), Connection{Address: address, Namespace: "default"}, "support")
 				done <- err
 			}()
 			select {
@@ -195,16 +195,16 @@ func TestPollersOfAnUnreachableEngineFailWithinTheTimeout(t *testing.T) {
 			}
 		})
 	}
-	reader.mu.Lock()
-	defer reader.mu.Unlock()
-	if len(reader.clients) != 0 {
-		t.Errorf("a failed dial stays cached: %d clients", len(reader.clients))
+	engines.mu.Lock()
+	defer engines.mu.Unlock()
+	if len(engines.clients) != 0 {
+		t.Errorf("a failed dial stays cached: %d clients", len(engines.clients))
 	}
 }
 
 func TestPollersErrorsNeverShowSecrets(t *testing.T) {
 	_, plain := startServer(t)
-	reader := newTestReader(t, WithCallTimeout(10*time.Second))
+	engines := newTestClient(t, WithCallTimeout(10*time.Second))
 	for name, conn := range map[string]Connection{
 		// An API key turns on TLS, which the plaintext dev server refuses.
 		"API key":            {APIKey: testAPIKey},
@@ -215,7 +215,7 @@ func TestPollersErrorsNeverShowSecrets(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			conn.Address, conn.Namespace = plain.Address, plain.Namespace
-			_, err := reader.Pollers(context.Background(), conn, "support")
+			_, err := engines.Pollers(context.Background(), conn, "support")
 			if err == nil || !strings.Contains(err.Error(), plain.Address) {
 				t.Fatalf("Pollers() error = %v, want one naming %s", err, plain.Address)
 			}
@@ -226,9 +226,9 @@ func TestPollersErrorsNeverShowSecrets(t *testing.T) {
 	}
 }
 
-func TestReaderSharesAndClosesClients(t *testing.T) {
+func TestClientSharesAndClosesClients(t *testing.T) {
 	server, conn := startServer(t)
-	reader := newTestReader(t, WithIdleTimeout(time.Second))
+	engines := newTestClient(t, WithIdleTimeout(time.Second))
 	startWorker(t, server, "support", "1@support-a@").Stop()
 	ctx := context.Background()
 
@@ -236,7 +236,7 @@ func TestReaderSharesAndClosesClients(t *testing.T) {
 	errs := make(chan error, 8)
 	for range 8 {
 		wg.Go(func() {
-			_, err := reader.Pollers(ctx, conn, "support")
+			_, err := engines.Pollers(ctx, conn, "support")
 			errs <- err
 		})
 	}
@@ -247,25 +247,25 @@ func TestReaderSharesAndClosesClients(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reader.mu.Lock()
-	cached := len(reader.clients)
-	reader.mu.Unlock()
+	engines.mu.Lock()
+	cached := len(engines.clients)
+	engines.mu.Unlock()
 	if cached != 1 {
 		t.Fatalf("concurrent calls for one connection left %d clients, want 1", cached)
 	}
 
 	enginetest.Eventually(t, waitLong, "the unused client to be closed", func() (bool, error) {
-		reader.mu.Lock()
-		defer reader.mu.Unlock()
-		return len(reader.clients) == 0, nil
+		engines.mu.Lock()
+		defer engines.mu.Unlock()
+		return len(engines.clients) == 0, nil
 	})
-	if _, err := reader.Pollers(ctx, conn, "support"); err != nil {
+	if _, err := engines.Pollers(ctx, conn, "support"); err != nil {
 		t.Fatalf("Pollers() after the idle client was closed: %v", err)
 	}
 
-	reader.Close()
-	if _, err := reader.Pollers(ctx, conn, "support"); err == nil || !strings.Contains(err.Error(), "closed") {
-		t.Fatalf("Pollers() after Close: error = %v, want the reader closed", err)
+	engines.Close()
+	if _, err := engines.Pollers(ctx, conn, "support"); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Pollers() after Close: error = %v, want the engines closed", err)
 	}
 }
 

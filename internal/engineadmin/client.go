@@ -41,7 +41,7 @@ type Poller struct {
 	Versioned bool
 }
 
-// Defaults of a Reader.
+// Defaults of a Client.
 const (
 	// DefaultCallTimeout bounds one Pollers call, dialing included.
 	DefaultCallTimeout = 15 * time.Second
@@ -49,21 +49,21 @@ const (
 	DefaultIdleTimeout = 5 * time.Minute
 )
 
-// ReaderOption changes a Reader's defaults.
-type ReaderOption func(*Reader)
+// Option changes a Client's defaults.
+type Option func(*Client)
 
 // WithCallTimeout bounds each call, dialing included, so an unreachable
 // engine is an error of the call rather than a hang.
-func WithCallTimeout(d time.Duration) ReaderOption { return func(r *Reader) { r.callTimeout = d } }
+func WithCallTimeout(d time.Duration) Option { return func(r *Client) { r.callTimeout = d } }
 
 // WithIdleTimeout sets how long an unused client stays open.
-func WithIdleTimeout(d time.Duration) ReaderOption { return func(r *Reader) { r.idleTimeout = d } }
+func WithIdleTimeout(d time.Duration) Option { return func(r *Client) { r.idleTimeout = d } }
 
-// Reader reads what rollouts need from engines. It keeps one client per
+// Client reads and changes, on engines, what rollouts need. It keeps one client per
 // Connection.Key, dialed on first use and closed after it goes unused, so
 // one operator can watch the engines of many Agents. It is safe for
 // concurrent use.
-type Reader struct {
+type Client struct {
 	logger      logr.Logger
 	callTimeout time.Duration
 	idleTimeout time.Duration
@@ -87,9 +87,9 @@ type cachedClient struct {
 	lastUsed time.Time
 }
 
-// NewReader returns a Reader that logs through logger. Close it when done.
-func NewReader(logger logr.Logger, opts ...ReaderOption) *Reader {
-	r := &Reader{
+// New returns a Client that logs through logger. Close it when done.
+func New(logger logr.Logger, opts ...Option) *Client {
+	r := &Client{
 		logger: logger, callTimeout: DefaultCallTimeout, idleTimeout: DefaultIdleTimeout,
 		clients: map[string]*cachedClient{}, stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -102,7 +102,7 @@ func NewReader(logger logr.Logger, opts ...ReaderOption) *Reader {
 
 // Pollers lists the pollers the engine knows of the task queue, of both
 // its workflow and its activity type, sorted by type and identity.
-func (r *Reader) Pollers(ctx context.Context, conn Connection, taskQueue string) ([]Poller, error) {
+func (r *Client) Pollers(ctx context.Context, conn Connection, taskQueue string) ([]Poller, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 	defer cancel()
 	c, release, err := r.acquire(ctx, conn)
@@ -144,12 +144,12 @@ func pollersOf(taskQueueType string, infos []*taskqueuepb.PollerInfo) []Poller {
 
 // acquire returns the connection's client, dialing it if no call has, and
 // a release to call when done with it.
-func (r *Reader) acquire(ctx context.Context, conn Connection) (client.Client, func(), error) {
+func (r *Client) acquire(ctx context.Context, conn Connection) (client.Client, func(), error) {
 	key := conn.Key()
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, nil, errors.New("the engine reader is closed")
+		return nil, nil, errors.New("the engine client is closed")
 	}
 	cc, ok := r.clients[key]
 	if !ok {
@@ -182,7 +182,7 @@ func (r *Reader) acquire(ctx context.Context, conn Connection) (client.Client, f
 
 // dial connects a new cache entry. A failed dial leaves the cache, so the
 // next call dials again.
-func (r *Reader) dial(ctx context.Context, key string, cc *cachedClient) {
+func (r *Client) dial(ctx context.Context, key string, cc *cachedClient) {
 	c, err := r.dialClient(ctx, cc.conn)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -196,14 +196,14 @@ func (r *Reader) dial(ctx context.Context, key string, cc *cachedClient) {
 	case r.closed:
 		// Close ran while this client was dialing; it is nobody's now.
 		c.Close()
-		cc.err = errors.New("the engine reader is closed")
+		cc.err = errors.New("the engine client is closed")
 	default:
 		cc.client = c
 		r.logger.V(1).Info("connected to the engine", "address", cc.conn.Address, "namespace", cc.conn.Namespace)
 	}
 }
 
-func (r *Reader) dialClient(ctx context.Context, conn Connection) (client.Client, error) {
+func (r *Client) dialClient(ctx context.Context, conn Connection) (client.Client, error) {
 	opts, err := conn.clientOptions()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the %s: %w", conn, err)
@@ -218,7 +218,7 @@ func (r *Reader) dialClient(ctx context.Context, conn Connection) (client.Client
 
 // closeIdle closes clients no call used within the idle timeout, until
 // Close.
-func (r *Reader) closeIdle() {
+func (r *Client) closeIdle() {
 	defer close(r.stopped)
 	tick := time.NewTicker(max(r.idleTimeout/2, 100*time.Millisecond))
 	defer tick.Stop()
@@ -237,7 +237,7 @@ func (r *Reader) closeIdle() {
 
 // takeIdle removes and returns the dialed clients unused since the idle
 // timeout before now.
-func (r *Reader) takeIdle(now time.Time) []*cachedClient {
+func (r *Client) takeIdle(now time.Time) []*cachedClient {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var idle []*cachedClient
@@ -252,7 +252,7 @@ func (r *Reader) takeIdle(now time.Time) []*cachedClient {
 
 // Close closes every client. Calls after Close fail; calls still running
 // may fail.
-func (r *Reader) Close() {
+func (r *Client) Close() {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -272,7 +272,7 @@ func (r *Reader) Close() {
 			}
 		default:
 			// Still dialing: dial closes the client when it sees the
-			// Reader closed.
+			// Client closed.
 		}
 	}
 }
