@@ -49,8 +49,8 @@ func startVersionedWorker(t *testing.T, server *devserver.Server, deployment, bu
 	w := worker.New(server.Client(), "versioned", worker.Options{
 		Identity: "1@" + buildID + "@",
 		DeploymentOptions: worker.DeploymentOptions{
-			UseVersioning: true,
-			Version:       worker.WorkerDeploymentVersion{DeploymentName: deployment, BuildID: buildID},
+			UseVersioning:             true,
+			Version:                   worker.WorkerDeploymentVersion{DeploymentName: deployment, BuildID: buildID},
 			DefaultVersioningBehavior: workflow.VersioningBehaviorPinned,
 		},
 	})
