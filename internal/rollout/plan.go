@@ -90,6 +90,9 @@ const (
 type Desired struct {
 	Worker
 	Replicas int32
+	// Versioned is true when the desired workers join the Agent's Worker
+	// Deployment; see VersioningWanted.
+	Versioned bool
 }
 
 // Deployment is the worker Deployment as observed.
@@ -115,6 +118,8 @@ type Pod struct {
 	Worker
 	Ready       bool
 	Terminating bool
+	// Versioned is true for a pod of a versioned worker set.
+	Versioned bool
 }
 
 // Poller is a worker the engine saw poll the Agent's task queue.
@@ -147,8 +152,14 @@ type VersionStatus struct {
 
 // Observed is everything the planner knows in one pass.
 type Observed struct {
-	// Deployment is nil when the worker Deployment does not exist.
+	// Deployment is the unversioned worker Deployment; nil when it does
+	// not exist.
 	Deployment *Deployment
+	// Sets are the versioned worker Deployments, one per build ID.
+	Sets []WorkerSet
+	// Engine is the Agent's Worker Deployment as the engine reports it;
+	// nil until the planner asks for it with Plan.NeedsEngine.
+	Engine *Engine
 	// Pods are the Agent's worker pods as last seen, terminating included.
 	Pods []Pod
 	// Gate is nil until the planner asks for it with Plan.NeedsGate.
@@ -185,6 +196,27 @@ type Plan struct {
 	RecheckAfter time.Duration
 	// Versions are the worker versions, the desired one first.
 	Versions []VersionStatus
+
+	// What a versioned rollout does besides applying the desired set;
+	// worker sets are named by their key (WorkerSet.Key).
+
+	// NeedsEngine asks the executor to read the Engine and plan again.
+	NeedsEngine bool
+	// MakeCurrent asks the executor to make CurrentBuildID the version new
+	// sessions start on (Unversioned: the unversioned workers).
+	MakeCurrent    bool
+	CurrentBuildID string
+	// Stop lists sets to scale to zero, keeping their template.
+	Stop []string
+	// Move lists versions whose pinned sessions get the move signal.
+	Move []string
+	// Unpin lists versions without workers whose pinned sessions the
+	// current workers take.
+	Unpin []string
+	// Remove lists sets to delete: their sessions have moved.
+	Remove []string
+	// DeleteVersions lists engine records of versions without workers.
+	DeleteVersions []string
 }
 
 // Decide plans one pass: rolling where the rules let every observed worker
