@@ -36,8 +36,8 @@ func TestMayHandOver(t *testing.T) {
 		desired      Desired
 		want         bool
 	}{
-		{w040, false, want050, true},                     // 0.5.0 runs beside 0.4.0
-		{w030, false, want050, false},                    // it does not beside 0.3.0
+		{w040, false, want050, true},  // 0.5.0 runs beside 0.4.0
+		{w030, false, want050, false}, // it does not beside 0.3.0
 		{w050, true, Desired{Worker: w050b, Versioned: true}, true},
 		{Worker{EngineVersion: "0.6.0"}, true, want050, false}, // never back to older code by a move
 		{w050, true, Desired{Worker: Worker{EngineVersion: "0.6.0"}, Versioned: true}, true},
