@@ -12,6 +12,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
+	"github.com/stepwise-run/stepwise/internal/render"
 )
 
 func TestServerSupportsVersioning(t *testing.T) {
@@ -69,7 +70,8 @@ func TestVersioningOnTheTestServer(t *testing.T) {
 	}
 }
 
-// The operator's part of a versioned rollout, on a real server: make a
+// The operator's part of a versioned rollout, on a real server, under the
+// Worker Deployment name the operator gives an Agent: make a
 // version current, find the sessions pinned to the old one and signal
 // them, let a session whose version has no worker left be taken by the
 // current one, and delete the drained version's record.
@@ -78,7 +80,7 @@ func TestAVersionedRolloutOnTheEngine(t *testing.T) {
 	conn := Connection{Address: server.FrontendHostPort(), Namespace: devserver.Namespace}
 	engines := newTestClient(t)
 	ctx := context.Background()
-	const name = "default_exporter"
+	name := render.WorkerDeploymentName("Exporter")
 
 	if d, err := engines.WorkerDeployment(ctx, conn, name); err != nil || d.Exists {
 		t.Fatalf("WorkerDeployment before any worker = %+v, %v; want none", d, err)

@@ -14,12 +14,12 @@ import (
 // for a rollout and no turn is replayed by another version's worker.
 const StrategyVersioned Strategy = "Versioned"
 
-// PhaseDraining: the desired version is current, and old versions keep
+// PhaseDraining says the desired version is current, and old versions keep
 // their workers until the sessions pinned to them have moved; then their
 // workers stop and their engine records are deleted.
 const PhaseDraining Phase = "Draining"
 
-// StateDrained: an old version without workers whose record the engine
+// StateDrained is an old version without workers whose record the engine
 // still keeps; it is deleted once the engine lets it.
 const StateDrained State = "Drained"
 

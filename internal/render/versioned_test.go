@@ -1,0 +1,48 @@
+package render
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stepwise-run/stepwise/internal/rollout"
+)
+
+func TestVersionedWorkerDeployment(t *testing.T) {
+	agent := testAgent()
+	w := render(t, agent, Observed{})
+	container := w.Deployment.Spec.Template.Spec.Containers[0]
+	unversionedArgs := slices.Clone(container.Args)
+	buildID := rollout.Worker{EngineVersion: w.Deployment.Spec.Template.Labels[LabelEngineVersion], Image: *container.Image}.BuildID()
+
+	d := Versioned(w.Deployment, agent.Name, agent.Spec.FlowType)
+	if got, want := *d.Name, VersionedWorkerName(agent.Name, buildID); got != want || !strings.HasPrefix(got, WorkerName(agent.Name)+"-") {
+		t.Errorf("name = %s, want %s", got, want)
+	}
+	for what, labels := range map[string]map[string]string{
+		"Deployment": d.Labels, "selector": d.Spec.Selector.MatchLabels, "pod": d.Spec.Template.Labels,
+	} {
+		if labels[LabelBuildID] != buildID {
+			t.Errorf("%s label %s = %q, want %s", what, LabelBuildID, labels[LabelBuildID], buildID)
+		}
+	}
+	for k, v := range SelectorLabels(agent.Name) {
+		if d.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("the selector lost %s=%s: the disruption budget selects every version's pods by it", k, v)
+		}
+	}
+	args := d.Spec.Template.Spec.Containers[0].Args
+	want := append(slices.Clone(unversionedArgs), "--deployment-name="+WorkerDeploymentName(agent.Spec.FlowType), "--build-id="+buildID)
+	if !slices.Equal(args, want) {
+		t.Errorf("args = %q, want %q", args, want)
+	}
+	if name := WorkerDeploymentName(agent.Spec.FlowType); strings.Contains(name, ".") {
+		t.Errorf("Worker Deployment name %q holds a \".\", which Temporal refuses", name)
+	}
+	if got, ok := IsVersioned(d.Spec.Template.Labels); !ok || got != buildID {
+		t.Errorf("IsVersioned(pod labels) = %q, %v", got, ok)
+	}
+	if _, ok := IsVersioned(SelectorLabels(agent.Name)); ok {
+		t.Error("unversioned labels read as versioned")
+	}
+}
