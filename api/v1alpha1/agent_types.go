@@ -468,7 +468,7 @@ type WorkersSpec struct {
 }
 
 // WorkerVersionState is where one worker version stands in a rollout.
-// +kubebuilder:validation:Enum=Pending;Ramping;Current;Draining
+// +kubebuilder:validation:Enum=Pending;Ramping;Current;Draining;Drained
 type WorkerVersionState string
 
 // Worker version states.
@@ -480,8 +480,14 @@ const (
 	WorkerVersionRamping WorkerVersionState = "Ramping"
 	// WorkerVersionCurrent: the desired version runs, fully available.
 	WorkerVersionCurrent WorkerVersionState = "Current"
-	// WorkerVersionDraining: an earlier version whose workers are stopping.
+	// WorkerVersionDraining: an earlier version whose workers are stopping,
+	// or, in a versioned rollout, whose sessions are moving to the current
+	// version between turns.
 	WorkerVersionDraining WorkerVersionState = "Draining"
+	// WorkerVersionDrained: an earlier version without workers whose
+	// record the engine still keeps; the operator deletes it once the
+	// engine lets it.
+	WorkerVersionDrained WorkerVersionState = "Drained"
 )
 
 // WorkerVersion is one version of the Agent's workers: an image carrying
@@ -559,16 +565,18 @@ type AgentStatus struct {
 	Selector string `json:"selector,omitempty"`
 
 	// WorkerVersions lists the desired worker version first, then every
-	// other version that still has pods.
+	// other version that still has pods, a Deployment, or an engine record.
 	// +optional
 	// +listType=map
 	// +listMapKey=buildID
 	WorkerVersions []WorkerVersion `json:"workerVersions,omitempty"`
 	// RolloutStrategy is how the rollout to the desired worker version moves
-	// the workers: Rolling where the worker version rules let the versions
-	// run beside each other, StopOldFirst where they do not.
+	// the workers: Versioned where the engine offers Worker Deployments and
+	// the engine versions let sessions move between turns, otherwise
+	// Rolling where the worker version rules let the versions run beside
+	// each other, and StopOldFirst where they do not.
 	// +optional
-	// +kubebuilder:validation:Enum=Rolling;StopOldFirst
+	// +kubebuilder:validation:Enum=Versioned;Rolling;StopOldFirst
 	RolloutStrategy string `json:"rolloutStrategy,omitempty"`
 	// SessionFeatures lists the session features in effect: those every
 	// worker that can take a session of the Flow type serves. Clients

@@ -40,6 +40,7 @@ func run() error {
 		workerImage                    string
 		mediaHostPathRoots             string
 		pollerQuietPeriod              time.Duration
+		versionedRollouts              bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
@@ -61,6 +62,10 @@ func run() error {
 	flag.DurationVar(&pollerQuietPeriod, "poller-quiet-period", controller.DefaultPollerQuietPeriod,
 		"How long a worker must not have polled its task queue to count as stopped, before a rollout starts workers of an engine "+
 			"version the old ones may not run beside. Keep it above the engine's long poll (one minute by default), with a margin for clock skew.")
+	flag.BoolVar(&versionedRollouts, "versioned-rollouts", true,
+		"Roll the workers of an engine version that moves sessions between turns as versions of a Temporal Worker Deployment, "+
+			"where the engine offers it: each session stays on its version's workers until a turn ends. Off, workers roll "+
+			"unversioned: beside each other where the worker version rules allow, old ones stopped first otherwise.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -105,7 +110,7 @@ func run() error {
 	engines := engineadmin.New(ctrl.Log.WithName("engine"))
 	defer engines.Close()
 	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults,
-		Pollers: controller.EnginePollers{Client: engines}, PollerQuietPeriod: pollerQuietPeriod}); err != nil {
+		Engines: &controller.Engines{Client: engines}, PollerQuietPeriod: pollerQuietPeriod, VersionedRollouts: versionedRollouts}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

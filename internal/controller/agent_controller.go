@@ -40,6 +40,12 @@ type AgentReconciler struct {
 	// PollerQuietPeriod is how long a worker must not have polled to count
 	// as stopped; zero means DefaultPollerQuietPeriod.
 	PollerQuietPeriod time.Duration
+	// WorkerDeployments does a versioned rollout's part on the engine;
+	// without it, and unless VersionedRollouts, workers roll unversioned.
+	WorkerDeployments WorkerDeployments
+	// VersionedRollouts lets Agents roll as versions of a Temporal Worker
+	// Deployment where the engine offers it.
+	VersionedRollouts bool
 }
 
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
@@ -48,7 +54,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=toolsources;mediastores,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
@@ -103,7 +109,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 			return ctrl.Result{RequeueAfter: r.RecheckInterval}, pass.err
 		}
 	}
-	if plan := pass.rollout; plan != nil && plan.Action != rollout.ActionApply {
+	if plan := pass.rollout; plan != nil && (plan.Action != rollout.ActionApply || plan.RecheckAfter > 0) {
 		// Only time tells when a worker stopped polling; the pod and
 		// Deployment watches tell the rest, and this is their backstop.
 		return ctrl.Result{RequeueAfter: max(plan.RecheckAfter, defaultRolloutRecheck)}, pass.err
@@ -157,14 +163,14 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 		return err
 	}
 	pass.desiredConfigMap = *worker.ConfigMap.Name
-	applied, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
+	desiredLive, applied, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
 	if err != nil {
 		return err
 	}
 	// Status reports what the API server answered, not what the cache may
 	// not have seen yet; unapplied, the Deployment as read already holds
 	// everything this pass would apply.
-	pass.deployment = live.deployment
+	pass.deployment = desiredLive
 	if applied {
 		if pass.deployment, err = render.Convert[appsv1.Deployment](worker.Deployment); err != nil {
 			return err
@@ -313,31 +319,46 @@ func (r *AgentReconciler) observeWorkers(ctx context.Context, agent *agentsv1.Ag
 		pass.observed.graph = true
 	}
 	if !pass.observed.deployment {
-		deployment := &appsv1.Deployment{}
-		found, err := r.getOwned(ctx, agent, render.WorkerName(agent.Name), deployment)
+		deployment, err := r.readDesiredDeployment(ctx, agent)
 		if err != nil {
 			return err
 		}
-		if found {
-			pass.deployment = deployment
-		}
+		pass.deployment = deployment
 		pass.observed.deployment = true
-	}
-	if pass.deployment == nil {
-		pass.observed.replicaSets = true // no Deployment, no ReplicaSets of it
-		return nil
 	}
 	var replicaSets appsv1.ReplicaSetList
 	if err := r.List(ctx, &replicaSets, client.InNamespace(agent.Namespace), client.MatchingLabels(render.SelectorLabels(agent.Name))); err != nil {
 		return fmt.Errorf("listing the worker ReplicaSets: %w", err)
 	}
+	pass.agentReplicaSets = replicaSets.Items
 	for _, rs := range replicaSets.Items {
-		if isControlledBy(&rs, pass.deployment) {
+		if pass.deployment != nil && isControlledBy(&rs, pass.deployment) {
 			pass.replicaSets = append(pass.replicaSets, rs)
 		}
 	}
 	pass.observed.replicaSets = true
 	return nil
+}
+
+// readDesiredDeployment reads the worker Deployment of the version the
+// status names first, the one the last applied pass desired: a versioned
+// one by its build ID, else the unversioned one.
+func (r *AgentReconciler) readDesiredDeployment(ctx context.Context, agent *agentsv1.Agent) (*appsv1.Deployment, error) {
+	names := []string{render.WorkerName(agent.Name)}
+	if versions := agent.Status.WorkerVersions; len(versions) > 0 && versions[0].BuildID != "" {
+		names = []string{render.VersionedWorkerName(agent.Name, versions[0].BuildID), render.WorkerName(agent.Name)}
+	}
+	for _, name := range names {
+		deployment := &appsv1.Deployment{}
+		found, err := r.getOwned(ctx, agent, name, deployment)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			return deployment, nil
+		}
+	}
+	return nil, nil
 }
 
 // getOwned reads an object the Agent controls; found is false when it does
@@ -365,9 +386,14 @@ func (r *AgentReconciler) pruneConfigMaps(ctx context.Context, agent *agentsv1.A
 		return fmt.Errorf("listing worker configurations: %w", err)
 	}
 	// The configuration a waiting rollout will start its workers with is
-	// kept too.
-	inUse := map[string]bool{render.ConfigMapOf(&pass.deployment.Spec.Template): true, pass.desiredConfigMap: true}
-	for _, rs := range pass.replicaSets {
+	// kept too, and those of every worker set a rollout still runs.
+	inUse := map[string]bool{pass.desiredConfigMap: true}
+	for _, d := range append([]*appsv1.Deployment{pass.deployment}, pass.workerSets...) {
+		if d != nil {
+			inUse[render.ConfigMapOf(&d.Spec.Template)] = true
+		}
+	}
+	for _, rs := range pass.agentReplicaSets {
 		inUse[render.ConfigMapOf(&rs.Spec.Template)] = true
 	}
 	for i := range configs.Items {
@@ -388,15 +414,24 @@ func (r *AgentReconciler) pruneConfigMaps(ctx context.Context, agent *agentsv1.A
 // scales to zero the workers of an Agent that lost a Flow type claim it was
 // running. Nothing else of a blocked Agent is applied.
 func (r *AgentReconciler) keepScale(ctx context.Context, agent *agentsv1.Agent, pass *agentPass) error {
+	if pass.lostClaim != "" {
+		sets, err := r.listWorkerSets(ctx, agent, nil)
+		if err != nil {
+			return err
+		}
+		for _, d := range sets.all() {
+			if d.Labels[render.LabelFlowClaim] == pass.lostClaim {
+				if err := r.scaleDeployment(ctx, d, 0); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	d := pass.deployment
-	if d == nil {
+	if d == nil || (pass.lostClaim != "" && d.Labels[render.LabelFlowClaim] == pass.lostClaim) {
 		return nil
 	}
-	want := render.DesiredReplicas(agent)
-	if pass.lostClaim != "" && d.Labels[render.LabelFlowClaim] == pass.lostClaim {
-		want = 0
-	}
-	return r.scaleDeployment(ctx, d, want)
+	return r.scaleDeployment(ctx, d, render.DesiredReplicas(agent))
 }
 
 // applyChanged applies an owned object unless live, the object as read,

@@ -664,7 +664,7 @@ var _ = Describe("Agent reconciler", func() {
 			Consistently(func(g Gomega) rollout.Worker { return workerOf(workerDeployment(g, agent)) }).Should(Equal(old))
 
 			By("waiting while an old worker polled the task queue too recently")
-			testPollers.set(render.TaskQueue(agent.Spec.FlowType), rollout.Poller{Identity: "1@upgraded-old-0@", TaskQueueType: "workflow", LastAccess: time.Now()})
+			testEngine.set(render.TaskQueue(agent.Spec.FlowType), rollout.Poller{Identity: "1@upgraded-old-0@", TaskQueueType: "workflow", LastAccess: time.Now()})
 			for _, pod := range pods {
 				releasePod(pod)
 			}
@@ -672,7 +672,7 @@ var _ = Describe("Agent reconciler", func() {
 			Consistently(func(g Gomega) rollout.Worker { return workerOf(workerDeployment(g, agent)) }).Should(Equal(old))
 
 			By("starting the new workers once no old one exists or polls")
-			testPollers.set(render.TaskQueue(agent.Spec.FlowType))
+			testEngine.set(render.TaskQueue(agent.Spec.FlowType))
 			Eventually(func(g Gomega) {
 				d := workerDeployment(g, agent)
 				g.Expect(workerOf(d)).To(Equal(newWorker))
@@ -686,12 +686,105 @@ var _ = Describe("Agent reconciler", func() {
 			Expect(agent.Status.RolloutStrategy).To(Equal("StopOldFirst"))
 		})
 
+		It("rolls versions of a Worker Deployment where the engine offers it, and leaves versioning by stopping old workers first", func() {
+			agent := agentFixture(ns, "versioned", withReplicas(2), withWorker("registry.example/worker:0.5.0", "0.5.0"))
+			testEngine.offer(agent.Spec.FlowType)
+			create(agent)
+			expectReady(agent)
+			a := rollout.Worker{EngineVersion: "0.5.0", Image: "registry.example/worker:0.5.0"}
+			b := rollout.Worker{EngineVersion: "0.5.0", Image: "registry.example/worker:0.5.0-fix"}
+			name := render.WorkerDeploymentName(agent.Spec.FlowType)
+			versionDeployment := func(g Gomega, w rollout.Worker) *appsv1.Deployment {
+				d := &appsv1.Deployment{}
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.VersionedWorkerName(agent.Name, w.BuildID())}, d)).To(Succeed())
+				return d
+			}
+			// No kubelet or Deployment controller runs here: write what they would.
+			markAvailable := func(d *appsv1.Deployment) {
+				GinkgoHelper()
+				d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: *d.Spec.Replicas,
+					ReadyReplicas: *d.Spec.Replicas, AvailableReplicas: *d.Spec.Replicas, UpdatedReplicas: *d.Spec.Replicas}
+				Expect(k8sClient.Status().Update(suiteCtx, d)).To(Succeed())
+			}
+			engineCalls := func() []string { _, calls := testEngine.engineState(agent.Spec.FlowType); return calls }
+			versions := func(g Gomega) []agentsv1.WorkerVersion {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				return agent.Status.WorkerVersions
+			}
+			stateOf := func(v agentsv1.WorkerVersion) string { return v.BuildID + " " + string(v.State) }
+
+			By("starting the first version as its own Deployment, with the worker flags")
+			first := versionDeployment(Default, a)
+			Expect(first.Spec.Template.Spec.Containers[0].Args).To(ContainElements(
+				"--deployment-name="+name, "--build-id="+a.BuildID()))
+			Expect(first.Spec.Selector.MatchLabels).To(HaveKeyWithValue(render.LabelBuildID, a.BuildID()))
+			Expect(apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &appsv1.Deployment{}))).To(BeTrue())
+			Eventually(func(g Gomega) string { versions(g); return agent.Status.RolloutStrategy }).Should(Equal("Versioned"))
+			Consistently(engineCalls).Should(BeEmpty()) // not current before its workers are available
+
+			By("making it current once its workers are available")
+			markAvailable(first)
+			Eventually(engineCalls).Should(Equal([]string{"current " + a.BuildID()}))
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonRolloutComplete))
+			Eventually(func(g Gomega) []string { return mapTo(versions(g), stateOf) }).Should(Equal([]string{a.BuildID() + " Current"}))
+
+			By("starting a new image's version beside it; /scale addresses the new one")
+			Expect(change(agent, func(x *agentsv1.Agent) { x.Spec.Workers.Image = b.Image })).To(Succeed())
+			Eventually(func(g Gomega) []string { return mapTo(versions(g), stateOf) }).Should(
+				Equal([]string{b.BuildID() + " Ramping", a.BuildID() + " Current"}))
+			out, err := kubectl("scale", "--namespace", ns, "agent", agent.Name, "--replicas=3")
+			Expect(err).NotTo(HaveOccurred(), out)
+			Eventually(func(g Gomega) int32 { return *versionDeployment(g, b).Spec.Replicas }).Should(Equal(int32(3)))
+			Expect(*versionDeployment(Default, a).Spec.Replicas).To(Equal(int32(2)))
+
+			By("making it current once available, and telling the old version's sessions to move")
+			markAvailable(versionDeployment(Default, b))
+			Eventually(engineCalls).Should(ContainElements("current "+b.BuildID(), "move "+a.BuildID()))
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionTrue, string(rollout.PhaseDraining)))
+			Eventually(func(g Gomega) []string { return mapTo(versions(g), stateOf) }).Should(
+				Equal([]string{b.BuildID() + " Current", a.BuildID() + " Draining"}))
+			Consistently(func(g Gomega) { versionDeployment(g, a) }).Should(Succeed()) // drains first
+
+			By("removing the drained version's Deployment, then its engine record")
+			testEngine.drain(agent.Spec.FlowType, a.BuildID())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(first), &appsv1.Deployment{}))
+			}).Should(BeTrue())
+			Eventually(engineCalls).Should(ContainElement("delete " + a.BuildID()))
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonRolloutComplete))
+			Eventually(func(g Gomega) []string { return mapTo(versions(g), stateOf) }).Should(Equal([]string{b.BuildID() + " Current"}))
+
+			By("rolling back below versioning to an engine the current one may not hand sessions to: old workers stop first")
+			Expect(change(agent, func(x *agentsv1.Agent) {
+				x.Spec.Workers.Image, x.Spec.Workers.EngineVersion = "registry.example/worker:0.3.0", "0.3.0"
+			})).To(Succeed())
+			Eventually(func(g Gomega) int32 { return *versionDeployment(g, b).Spec.Replicas }).Should(BeZero())
+			Eventually(func(g Gomega) string { versions(g); return agent.Status.RolloutStrategy }).Should(Equal("StopOldFirst"))
+			unversioned := &appsv1.Deployment{}
+			Eventually(func() error {
+				return k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, unversioned)
+			}).Should(Succeed())
+			Expect(unversioned.Spec.Template.Spec.Containers[0].Args).NotTo(ContainElement(HavePrefix("--build-id")))
+
+			By("giving new sessions to the unversioned workers, unpinning the stopped version's sessions, and deleting its record")
+			markAvailable(unversioned)
+			Eventually(engineCalls).Should(ContainElements("current ", "unpin "+b.BuildID(), "delete "+b.BuildID()))
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.VersionedWorkerName(agent.Name, b.BuildID())}, &appsv1.Deployment{}))
+			}).Should(BeTrue())
+			Eventually(conditionOf(agent, agentsv1.ConditionProgressing)).Should(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonRolloutComplete))
+		})
+
 		It("keeps the new workers stopped while the engine cannot say who polls", func() {
 			agent := agentFixture(ns, "unreachable", withWorker("registry.example/worker:0.3.0", "0.3.0"))
 			create(agent)
 			expectReady(agent)
 			old := workerOf(workerDeployment(Default, agent))
-			testPollers.fail(render.TaskQueue(agent.Spec.FlowType), errors.New("connection refused"))
+			testEngine.fail(render.TaskQueue(agent.Spec.FlowType), errors.New("connection refused"))
 			Expect(change(agent, func(a *agentsv1.Agent) {
 				a.Spec.Workers.Image, a.Spec.Workers.EngineVersion = "registry.example/worker:0.4.0", "0.4.0"
 			})).To(Succeed())

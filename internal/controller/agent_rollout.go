@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 )
@@ -42,24 +42,34 @@ type rolloutPass struct {
 }
 
 // rollDeployment plans the pass's rollout step and carries it out: it
-// applies the worker Deployment, stops every worker, or waits. It reports
-// whether it applied.
-func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass) (applied bool, err error) {
+// applies the desired worker Deployment, stops workers, moves sessions, or
+// waits. It returns the desired Deployment as it stands after the pass, and
+// whether it applied it.
+func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass) (*appsv1.Deployment, bool, error) {
 	desired := rollout.Desired{
 		Worker:   rollout.Worker{EngineVersion: in.resolved.EngineVersion, Image: in.resolved.WorkerImage},
 		Replicas: render.DesiredReplicas(agent),
 	}
-	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions)}
+	sets, err := r.listWorkerSets(ctx, agent, in.live)
+	if err != nil {
+		return in.live, false, err
+	}
+	pass.workerSets = sets.all()
+	pods, err := r.workerPods(ctx, r.Client, agent)
+	if err != nil {
+		return in.live, false, err
+	}
+	desired.Versioned = r.wantsVersioning(ctx, in, sets)
+	if desired.Versioned || len(sets.versioned) > 0 || slices.ContainsFunc(pods, func(p rollout.Pod) bool { return p.Versioned }) ||
+		slices.ContainsFunc(agent.Status.WorkerVersions, func(v agentsv1.WorkerVersion) bool { return v.State == agentsv1.WorkerVersionDrained }) {
+		return r.rollVersioned(ctx, agent, in, pass, desired, sets)
+	}
+
+	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods}
 	if d := in.live; d != nil {
 		obs.Deployment = observedDeployment(d)
 	}
-	if obs.Pods, err = r.workerPods(ctx, r.Client, agent); err != nil {
-		return false, err
-	}
-	opts := rollout.Options{PollerQuietPeriod: r.PollerQuietPeriod, RecheckInterval: defaultRolloutRecheck}
-	if opts.PollerQuietPeriod == 0 {
-		opts.PollerQuietPeriod = DefaultPollerQuietPeriod
-	}
+	opts := r.rolloutOptions()
 	plan := rollout.Decide(desired, obs, opts)
 	if plan.NeedsGate {
 		obs.Gate = r.readGate(ctx, agent, in)
@@ -71,11 +81,20 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 	}
 	switch plan.Action {
 	case rollout.ActionApply:
-		return r.applyChanged(ctx, in.worker.Deployment, in.live)
+		applied, err := r.applyChanged(ctx, in.worker.Deployment, in.live)
+		return in.live, applied, err
 	case rollout.ActionStopWorkers:
-		return false, r.scaleDeployment(ctx, in.live, 0)
+		return in.live, false, r.scaleDeployment(ctx, in.live, 0)
 	}
-	return false, nil
+	return in.live, false, nil
+}
+
+func (r *AgentReconciler) rolloutOptions() rollout.Options {
+	opts := rollout.Options{PollerQuietPeriod: r.PollerQuietPeriod, RecheckInterval: defaultRolloutRecheck}
+	if opts.PollerQuietPeriod == 0 {
+		opts.PollerQuietPeriod = DefaultPollerQuietPeriod
+	}
+	return opts
 }
 
 // readGate reads, straight from the API server and the engine, whether any
@@ -115,9 +134,10 @@ func (r *AgentReconciler) workerPods(ctx context.Context, reader client.Reader, 
 			continue // its containers have stopped; nothing of it runs
 		}
 		engineVersion, image := render.WorkerOf(p.Labels, &p.Spec)
+		_, versioned := render.IsVersioned(p.Labels)
 		pods = append(pods, rollout.Pod{
 			Name: p.Name, Worker: rollout.Worker{EngineVersion: engineVersion, Image: image},
-			Ready: podReady(p), Terminating: p.DeletionTimestamp != nil,
+			Ready: podReady(p), Terminating: p.DeletionTimestamp != nil, Versioned: versioned,
 		})
 	}
 	return pods, nil
@@ -169,27 +189,4 @@ func (r *AgentReconciler) scaleDeployment(ctx context.Context, d *appsv1.Deploym
 	}
 	d.Spec.Replicas = &replicas
 	return nil
-}
-
-// EnginePollers reads an Agent's task queue pollers on its engine, reached
-// as its workers reach it.
-type EnginePollers struct {
-	Client *engineadmin.Client
-}
-
-// Pollers implements TaskQueuePollers.
-func (e EnginePollers) Pollers(ctx context.Context, resolved *render.Resolved, secrets map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
-	conn, err := engineadmin.ConnectionFor(resolved, secrets)
-	if err != nil {
-		return nil, err
-	}
-	pollers, err := e.Client.Pollers(ctx, conn, taskQueue)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]rollout.Poller, 0, len(pollers))
-	for _, p := range pollers {
-		out = append(out, rollout.Poller{Identity: p.Identity, TaskQueueType: p.TaskQueueType, LastAccess: p.LastAccess})
-	}
-	return out, nil
 }

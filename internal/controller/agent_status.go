@@ -34,6 +34,12 @@ type agentPass struct {
 	graph *corev1.ConfigMap
 	// replicaSets are the ReplicaSets of the worker Deployment.
 	replicaSets []appsv1.ReplicaSet
+	// workerSets are all the Agent's worker Deployments, the desired one
+	// and the versions a rollout still runs or drains; nil when not read.
+	workerSets []*appsv1.Deployment
+	// agentReplicaSets are the ReplicaSets of all the Agent's worker
+	// Deployments.
+	agentReplicaSets []appsv1.ReplicaSet
 	// rollout is the rollout step this pass planned; nil when the Agent
 	// was not applied.
 	rollout *rollout.Plan
@@ -100,11 +106,12 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 
 // rolloutStrategy is how the rollout to the desired version moves the
 // workers. Once a stop-old-first rollout has stopped the old workers, the
-// rest of it, starting the new ones, plans as rolling; it is still the
-// stop-old-first rollout to that version.
+// rest of it, starting the new ones, plans as rolling or versioned; it is
+// still the stop-old-first rollout to that version.
 func rolloutStrategy(before agentsv1.AgentStatus, plan *rollout.Plan) string {
 	sameTarget := len(before.WorkerVersions) > 0 && len(plan.Versions) > 0 && before.WorkerVersions[0].BuildID == plan.Versions[0].BuildID
-	if plan.Strategy == rollout.StrategyRolling && sameTarget && before.RolloutStrategy == string(rollout.StrategyStopOldFirst) {
+	startsNew := plan.Strategy == rollout.StrategyRolling || plan.Strategy == rollout.StrategyVersioned
+	if startsNew && sameTarget && before.RolloutStrategy == string(rollout.StrategyStopOldFirst) {
 		return before.RolloutStrategy
 	}
 	return string(plan.Strategy)

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 )
@@ -299,29 +301,156 @@ func progressingMessage(agent *agentsv1.Agent) func(Gomega) string {
 	}
 }
 
-// fakePollers stands in for the engine's task queue pollers, per task queue.
-type fakePollers struct {
+// fakeEngine stands in for the engine's task queue pollers, per task
+// queue, and for its Worker Deployments: no kubelet runs here, so no worker
+// polls and no version could exist on a real engine. The end-to-end suite
+// runs versioned rollouts on a real one.
+type fakeEngine struct {
 	mu      sync.Mutex
 	pollers map[string][]rollout.Poller
 	errs    map[string]error
+	// offered lists the Worker Deployment names whose engine offers
+	// versioning; deployments holds their state.
+	offered     map[string]bool
+	deployments map[string]*rollout.Engine
+	// calls records what a versioned rollout did, as "<op> <build ID>".
+	calls map[string][]string
 }
 
-var testPollers = &fakePollers{pollers: map[string][]rollout.Poller{}, errs: map[string]error{}}
+var testEngine = &fakeEngine{
+	pollers: map[string][]rollout.Poller{}, errs: map[string]error{},
+	offered: map[string]bool{}, deployments: map[string]*rollout.Engine{}, calls: map[string][]string{},
+}
 
-func (f *fakePollers) set(taskQueue string, pollers ...rollout.Poller) {
+func (f *fakeEngine) set(taskQueue string, pollers ...rollout.Poller) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pollers[taskQueue], f.errs[taskQueue] = pollers, nil
 }
 
-func (f *fakePollers) fail(taskQueue string, err error) {
+func (f *fakeEngine) fail(taskQueue string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.errs[taskQueue] = err
 }
 
-func (f *fakePollers) Pollers(_ context.Context, _ *render.Resolved, _ map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
+func (f *fakeEngine) Pollers(_ context.Context, _ *render.Resolved, _ map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.pollers[taskQueue], f.errs[taskQueue]
+}
+
+// offer makes the engine offer Worker Deployments to a Flow type's Agent.
+func (f *fakeEngine) offer(flowType string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.offered[render.WorkerDeploymentName(flowType)] = true
+}
+
+// drain marks a version drained, as the engine does once no session is
+// pinned to it.
+func (f *fakeEngine) drain(flowType, buildID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.deployments[render.WorkerDeploymentName(flowType)]
+	for i := range d.Versions {
+		if d.Versions[i].BuildID == buildID {
+			d.Versions[i].Draining, d.Versions[i].Drained = false, true
+		}
+	}
+}
+
+// engineState returns the Worker Deployment of a Flow type, and what the
+// operator did on it.
+func (f *fakeEngine) engineState(flowType string) (rollout.Engine, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := render.WorkerDeploymentName(flowType)
+	var out rollout.Engine
+	if d := f.deployments[name]; d != nil {
+		out = *d
+		out.Versions = slices.Clone(d.Versions)
+	}
+	return out, slices.Clone(f.calls[name])
+}
+
+func (f *fakeEngine) record(name, call string) {
+	if calls := f.calls[name]; len(calls) == 0 || calls[len(calls)-1] != call {
+		f.calls[name] = append(calls, call)
+	}
+}
+
+func (f *fakeEngine) Versioning(_ context.Context, target controller.EngineTarget) (bool, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.offered[render.WorkerDeploymentName(target.Resolved.Agent.Spec.FlowType)] {
+		return true, "", nil
+	}
+	return false, "the test engine offers no Worker Deployments", nil
+}
+
+func (f *fakeEngine) Describe(_ context.Context, _ controller.EngineTarget, name string) (rollout.Engine, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.deployments[name]
+	if d == nil {
+		return rollout.Engine{}, nil
+	}
+	out := *d
+	out.Versions = slices.Clone(d.Versions)
+	return out, nil
+}
+
+func (f *fakeEngine) SetCurrentVersion(_ context.Context, _ controller.EngineTarget, name, buildID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.deployments[name]
+	if d == nil {
+		d = &rollout.Engine{}
+		f.deployments[name] = d
+	}
+	for i := range d.Versions {
+		if d.Versions[i].BuildID == d.Current && d.Current != "" {
+			d.Versions[i].Draining = true
+		}
+	}
+	d.Current = buildID
+	if buildID != "" && !slices.ContainsFunc(d.Versions, func(v rollout.EngineVersion) bool { return v.BuildID == buildID }) {
+		d.Versions = append(d.Versions, rollout.EngineVersion{BuildID: buildID})
+	}
+	f.record(name, "current "+buildID)
+	return nil
+}
+
+func (f *fakeEngine) DeleteVersion(_ context.Context, _ controller.EngineTarget, name, buildID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d := f.deployments[name]; d != nil {
+		d.Versions = slices.DeleteFunc(d.Versions, func(v rollout.EngineVersion) bool { return v.BuildID == buildID })
+	}
+	f.record(name, "delete "+buildID)
+	return nil
+}
+
+func (f *fakeEngine) MoveSessions(_ context.Context, _ controller.EngineTarget, name, buildID string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record(name, "move "+buildID)
+	return 1, nil
+}
+
+func (f *fakeEngine) Unpin(_ context.Context, _ controller.EngineTarget, name, buildID string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record(name, "unpin "+buildID)
+	return 1, nil
+}
+
+// mapTo maps a list.
+func mapTo[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, 0, len(in))
+	for _, v := range in {
+		out = append(out, f(v))
+	}
+	return out
 }

@@ -54,9 +54,15 @@ type Options struct {
 	// cannot watch, such as someone else's ConfigMap in the way, is checked
 	// again. Zero means a minute.
 	RecheckInterval time.Duration
-	// Pollers reads who polls an Agent's task queue, for stop-old-first
-	// rollouts.
-	Pollers TaskQueuePollers
+	// Engines reads who polls an Agent's task queue, for stop-old-first
+	// rollouts, and does a versioned rollout's part on the engine.
+	Engines interface {
+		TaskQueuePollers
+		WorkerDeployments
+	}
+	// VersionedRollouts lets Agents roll as versions of a Temporal Worker
+	// Deployment where the engine offers it.
+	VersionedRollouts bool
 	// PollerQuietPeriod is how long a worker must not have polled to count
 	// as stopped; zero means DefaultPollerQuietPeriod.
 	PollerQuietPeriod time.Duration
@@ -72,7 +78,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	reader := mgr.GetAPIReader()
 	agents := &AgentReconciler{Client: mgr.GetClient(), APIReader: reader, Defaults: opts.Defaults, RecheckInterval: opts.RecheckInterval,
-		Pollers: opts.Pollers, PollerQuietPeriod: opts.PollerQuietPeriod}
+		PollerQuietPeriod: opts.PollerQuietPeriod, VersionedRollouts: opts.VersionedRollouts}
+	if opts.Engines != nil {
+		agents.Pollers, agents.WorkerDeployments = opts.Engines, opts.Engines
+	}
 	if err := agents.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Agent controller: %w", err)
 	}

@@ -116,10 +116,11 @@ var _ = BeforeSuite(func() {
 	Expect(controller.Setup(suiteCtx, mgr, controller.Options{
 		Defaults:        operatorDefaults,
 		RecheckInterval: time.Second,
-		// Engine pollers come from the test; a short quiet period keeps
-		// the rollout tests quick.
-		Pollers:           testPollers,
+		// The engine's pollers and Worker Deployments come from the test;
+		// a short quiet period keeps the rollout tests quick.
+		Engines:           testEngine,
 		PollerQuietPeriod: 10 * time.Second,
+		VersionedRollouts: true,
 	})).To(Succeed())
 	suiteManager = mgr
 	managerDone = make(chan struct{})

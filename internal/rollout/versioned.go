@@ -386,7 +386,12 @@ func versionedStatus(desired Desired, obs Observed, p Plan) []VersionStatus {
 		want.State = StateRamping
 	}
 	for _, s := range allSets(obs) {
-		get(s.Template, s.Template.BuildID())
+		e := get(s.Template, s.Template.BuildID())
+		// Until the desired version takes over, the engine's current one
+		// still takes new sessions.
+		if e != want && obs.Engine != nil && obs.Engine.Error == "" && s.Key() == obs.Engine.Current && want.State != StateCurrent {
+			e.State = StateCurrent
+		}
 	}
 	for _, pod := range obs.Pods {
 		e := get(pod.Worker, pod.BuildID())
@@ -398,6 +403,16 @@ func versionedStatus(desired Desired, obs Observed, p Plan) []VersionStatus {
 			e.ReadyReplicas++
 		default:
 			e.Replicas++
+		}
+	}
+	// A set this pass removes has no worker left to drain: the next pass,
+	// which no longer sees the set, finds the version in the status and
+	// deletes its engine record.
+	for _, k := range p.Remove {
+		for i := range out {
+			if out[i].BuildID == k && k != Unversioned && out[i].State == StateDraining {
+				out[i].State = StateDrained
+			}
 		}
 	}
 	if obs.Engine != nil {

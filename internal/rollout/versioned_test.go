@@ -72,7 +72,7 @@ func TestDecideVersioned(t *testing.T) {
 			name: "into versioning beside 0.4.0: the new version starts beside the unversioned workers", desired: want050,
 			obs:    Observed{Deployment: deployment(w040, 2, 2), Pods: pods(w040, 2, false), Engine: &Engine{}},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, Message: "becomes current once its 2 workers"},
-			states: []State{StateRamping, StateDraining},
+			states: []State{StateRamping, StateCurrent},
 		},
 		{
 			name: "into versioning: once available, the new version becomes current", desired: want050,
@@ -97,7 +97,7 @@ func TestDecideVersioned(t *testing.T) {
 			name: "a new image: the new version starts beside the old one", desired: wantB,
 			obs:    Observed{Sets: []WorkerSet{set(w050, 2, 2)}, Pods: versionedPods(w050, 2), Engine: current(a, EngineVersion{BuildID: a})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate},
-			states: []State{StateRamping, StateDraining},
+			states: []State{StateRamping, StateCurrent},
 		},
 		{
 			name: "the old version drains: its pinned sessions are told to move", desired: wantB,
@@ -110,7 +110,8 @@ func TestDecideVersioned(t *testing.T) {
 			name: "a drained version's workers go", desired: wantB,
 			obs: Observed{Sets: []WorkerSet{set(w050, 2, 2), set(w050b, 2, 2)}, Pods: append(versionedPods(w050, 2), versionedPods(w050b, 2)...),
 				Engine: current(b, EngineVersion{BuildID: a, Drained: true}, EngineVersion{BuildID: b})},
-			want: Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseDraining, Remove: []string{a}, Message: "old workers to stop"},
+			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseDraining, Remove: []string{a}, Message: "old workers to stop"},
+			states: []State{StateCurrent, StateDrained},
 		},
 		{
 			name: "then its engine record is deleted", desired: wantB,

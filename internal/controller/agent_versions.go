@@ -1,0 +1,359 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
+	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/rollout"
+)
+
+// EngineTarget is the engine an Agent's workers use, reached as they reach
+// it.
+type EngineTarget struct {
+	Resolved *render.Resolved
+	Secrets  map[string]*corev1.Secret
+}
+
+// WorkerDeployments does, on an Agent's engine, what a versioned rollout
+// needs. Build IDs name versions of the Agent's Worker Deployment.
+type WorkerDeployments interface {
+	// Versioning says whether the engine offers Worker Deployments, and
+	// why not.
+	Versioning(ctx context.Context, target EngineTarget) (supported bool, reason string, err error)
+	// Describe reads the Worker Deployment; one the engine does not know
+	// has no versions.
+	Describe(ctx context.Context, target EngineTarget, name string) (rollout.Engine, error)
+	SetCurrentVersion(ctx context.Context, target EngineTarget, name, buildID string) error
+	DeleteVersion(ctx context.Context, target EngineTarget, name, buildID string) error
+	// MoveSessions signals the sessions pinned to a version to move to the
+	// current one between turns, and says how many it signalled.
+	MoveSessions(ctx context.Context, target EngineTarget, name, buildID string) (int, error)
+	// Unpin lets the current workers take the sessions pinned to a
+	// version that has no workers left, and says how many it unpinned.
+	Unpin(ctx context.Context, target EngineTarget, name, buildID string) (int, error)
+}
+
+// workerSets are an Agent's worker Deployments: the unversioned one and
+// one per worker version.
+type workerSets struct {
+	unversioned *appsv1.Deployment
+	versioned   map[string]*appsv1.Deployment // by build ID
+}
+
+func (s workerSets) byKey(key string) *appsv1.Deployment {
+	if key == rollout.Unversioned {
+		return s.unversioned
+	}
+	return s.versioned[key]
+}
+
+// all lists every worker Deployment.
+func (s workerSets) all() []*appsv1.Deployment {
+	var out []*appsv1.Deployment
+	if s.unversioned != nil {
+		out = append(out, s.unversioned)
+	}
+	for _, d := range s.versioned {
+		out = append(out, d)
+	}
+	return out
+}
+
+// listWorkerSets reads the Agent's versioned worker Deployments; the
+// unversioned one was read by name, or, when nil, is found in the list.
+func (r *AgentReconciler) listWorkerSets(ctx context.Context, agent *agentsv1.Agent, unversioned *appsv1.Deployment) (workerSets, error) {
+	sets := workerSets{unversioned: unversioned, versioned: map[string]*appsv1.Deployment{}}
+	var list appsv1.DeploymentList
+	if err := r.List(ctx, &list, client.InNamespace(agent.Namespace), client.MatchingLabels{render.LabelAgent: agent.Name}); err != nil {
+		return sets, fmt.Errorf("listing the worker Deployments: %w", err)
+	}
+	for i := range list.Items {
+		d := &list.Items[i]
+		if !isControlledBy(d, agent) {
+			continue
+		}
+		if buildID, ok := render.IsVersioned(d.Labels); ok {
+			sets.versioned[buildID] = d
+		} else if unversioned == nil && d.Name == render.WorkerName(agent.Name) {
+			sets.unversioned = d
+		}
+	}
+	return sets, nil
+}
+
+// wantsVersioning says whether the desired workers join the Agent's Worker
+// Deployment. An engine that cannot be asked keeps an Agent already on
+// versioned workers there, and starts no other on them.
+func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, sets workerSets) bool {
+	if !r.VersionedRollouts || r.WorkerDeployments == nil || !rollout.MovesBetweenTurnsIn(in.resolved.EngineVersion) {
+		return false
+	}
+	supported, reason, err := r.WorkerDeployments.Versioning(ctx, EngineTarget{Resolved: in.resolved, Secrets: in.secrets})
+	if err != nil {
+		log.FromContext(ctx).Info("cannot ask the engine whether it offers Worker Deployments", "error", err.Error())
+		return len(sets.versioned) > 0
+	}
+	if !supported {
+		log.FromContext(ctx).V(1).Info("rolling without Worker Deployments", "reason", reason)
+	}
+	return supported
+}
+
+// rollVersioned plans and carries out one pass of a rollout among worker
+// sets (rollout.DecideVersioned). It returns the desired set's Deployment
+// as it stands after the pass, and whether it applied it.
+func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass,
+	desired rollout.Desired, sets workerSets,
+) (*appsv1.Deployment, bool, error) {
+	target := EngineTarget{Resolved: in.resolved, Secrets: in.secrets}
+	name := render.WorkerDeploymentName(agent.Spec.FlowType)
+	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions)}
+	if sets.unversioned != nil {
+		obs.Deployment = observedDeployment(sets.unversioned)
+	}
+	for _, d := range sets.versioned {
+		obs.Sets = append(obs.Sets, rollout.WorkerSet{Deployment: *observedDeployment(d), Versioned: true})
+	}
+	var err error
+	if obs.Pods, err = r.workerPods(ctx, r.Client, agent); err != nil {
+		return nil, false, err
+	}
+	opts := r.rolloutOptions()
+	plan := rollout.DecideVersioned(desired, obs, opts)
+	for range 3 {
+		if !plan.NeedsEngine && !plan.NeedsGate {
+			break
+		}
+		if plan.NeedsEngine {
+			obs.Engine = r.readEngine(ctx, target, name)
+		}
+		if plan.NeedsGate {
+			obs.Gate = r.readGate(ctx, agent, in)
+		}
+		plan = rollout.DecideVersioned(desired, obs, opts)
+	}
+	pass.rollout = &plan
+
+	key := rollout.Unversioned
+	object := in.worker.Deployment
+	if desired.Versioned {
+		key = desired.BuildID()
+		object = render.Versioned(object, agent.Name, agent.Spec.FlowType)
+	}
+	live := sets.byKey(key)
+	var problems []string
+	for _, k := range plan.Stop {
+		if err := r.scaleDeployment(ctx, sets.byKey(k), 0); err != nil {
+			return live, false, err
+		}
+	}
+	applied := false
+	if plan.Action == rollout.ActionApply {
+		if applied, err = r.applyChanged(ctx, object, live); err != nil {
+			return live, false, err
+		}
+	}
+	if plan.MakeCurrent {
+		if err := r.WorkerDeployments.SetCurrentVersion(ctx, target, name, plan.CurrentBuildID); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	for _, buildID := range plan.Move {
+		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, name, buildID); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	for _, buildID := range plan.Unpin {
+		if _, err := r.WorkerDeployments.Unpin(ctx, target, name, buildID); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	for _, k := range plan.Remove {
+		if err := r.removeWorkerSet(ctx, sets.byKey(k)); err != nil {
+			return live, applied, err
+		}
+	}
+	for _, buildID := range plan.DeleteVersions {
+		if err := r.WorkerDeployments.DeleteVersion(ctx, target, name, buildID); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		// The engine refuses some steps until later (a version it still
+		// sees polling, a version not yet known); the next pass tries
+		// again, and the message says what waits.
+		plan.Message += "; the engine answered: " + strings.Join(problems, "; ")
+		plan.RecheckAfter = max(plan.RecheckAfter, opts.RecheckInterval)
+	}
+	log.FromContext(ctx).Info("rollout", "strategy", plan.Strategy, "action", plan.Action, "phase", plan.Phase, "message", plan.Message)
+	return live, applied, nil
+}
+
+// readEngine reads the Agent's Worker Deployment for the planner; a failed
+// read is the planner's to report.
+func (r *AgentReconciler) readEngine(ctx context.Context, target EngineTarget, name string) *rollout.Engine {
+	if r.WorkerDeployments == nil {
+		return &rollout.Engine{Error: "the operator has no connection to the engine"}
+	}
+	e, err := r.WorkerDeployments.Describe(ctx, target, name)
+	if err != nil {
+		return &rollout.Engine{Error: err.Error()}
+	}
+	return &e
+}
+
+// removeWorkerSet deletes a worker Deployment whose sessions have moved;
+// its pods stop with their grace period, finishing their running Steps.
+func (r *AgentReconciler) removeWorkerSet(ctx context.Context, d *appsv1.Deployment) error {
+	if d == nil {
+		return nil
+	}
+	err := r.Delete(ctx, d, client.Preconditions{UID: &d.UID}, client.PropagationPolicy("Background"))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting worker Deployment %s: %w", d.Name, err)
+	}
+	return nil
+}
+
+// Engines does, through the operator's engine client, what rollouts need
+// on an Agent's engine: its task queue's pollers and its Worker
+// Deployment.
+type Engines struct {
+	Client *engineadmin.Client
+
+	mu         sync.Mutex
+	versioning map[string]versioningAnswer
+}
+
+// versioningAnswer is an engine's answer about Worker Deployments, kept for
+// versioningTTL: it changes only with a server upgrade or a namespace
+// setting, and a rollout asks on every pass.
+type versioningAnswer struct {
+	supported bool
+	reason    string
+	at        time.Time
+}
+
+const versioningTTL = 5 * time.Minute
+
+func (e *Engines) connection(target EngineTarget) (engineadmin.Connection, error) {
+	return engineadmin.ConnectionFor(target.Resolved, target.Secrets)
+}
+
+// Pollers implements TaskQueuePollers.
+func (e *Engines) Pollers(ctx context.Context, resolved *render.Resolved, secrets map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
+	conn, err := e.connection(EngineTarget{Resolved: resolved, Secrets: secrets})
+	if err != nil {
+		return nil, err
+	}
+	pollers, err := e.Client.Pollers(ctx, conn, taskQueue)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rollout.Poller, 0, len(pollers))
+	for _, p := range pollers {
+		out = append(out, rollout.Poller{Identity: p.Identity, TaskQueueType: p.TaskQueueType, LastAccess: p.LastAccess})
+	}
+	return out, nil
+}
+
+// Versioning implements WorkerDeployments.
+func (e *Engines) Versioning(ctx context.Context, target EngineTarget) (bool, string, error) {
+	conn, err := e.connection(target)
+	if err != nil {
+		return false, "", err
+	}
+	e.mu.Lock()
+	answer, ok := e.versioning[conn.Key()]
+	e.mu.Unlock()
+	if ok && time.Since(answer.at) < versioningTTL {
+		return answer.supported, answer.reason, nil
+	}
+	v, err := e.Client.Versioning(ctx, conn)
+	if err != nil {
+		return false, "", err
+	}
+	e.mu.Lock()
+	if e.versioning == nil {
+		e.versioning = map[string]versioningAnswer{}
+	}
+	e.versioning[conn.Key()] = versioningAnswer{supported: v.Supported, reason: v.Reason, at: time.Now()}
+	e.mu.Unlock()
+	return v.Supported, v.Reason, nil
+}
+
+// Describe implements WorkerDeployments.
+func (e *Engines) Describe(ctx context.Context, target EngineTarget, name string) (rollout.Engine, error) {
+	conn, err := e.connection(target)
+	if err != nil {
+		return rollout.Engine{}, err
+	}
+	d, err := e.Client.WorkerDeployment(ctx, conn, name)
+	if err != nil {
+		return rollout.Engine{}, err
+	}
+	out := rollout.Engine{Current: d.CurrentBuildID}
+	for _, v := range d.Versions {
+		out.Versions = append(out.Versions, rollout.EngineVersion{
+			BuildID: v.BuildID, Draining: v.Drainage == engineadmin.DrainageDraining, Drained: v.Drainage == engineadmin.DrainageDrained,
+		})
+	}
+	return out, nil
+}
+
+// SetCurrentVersion implements WorkerDeployments.
+func (e *Engines) SetCurrentVersion(ctx context.Context, target EngineTarget, name, buildID string) error {
+	conn, err := e.connection(target)
+	if err != nil {
+		return err
+	}
+	return e.Client.SetCurrentVersion(ctx, conn, name, buildID)
+}
+
+// DeleteVersion implements WorkerDeployments.
+func (e *Engines) DeleteVersion(ctx context.Context, target EngineTarget, name, buildID string) error {
+	conn, err := e.connection(target)
+	if err != nil {
+		return err
+	}
+	return e.Client.DeleteVersion(ctx, conn, name, buildID)
+}
+
+// MoveSessions implements WorkerDeployments.
+func (e *Engines) MoveSessions(ctx context.Context, target EngineTarget, name, buildID string) (int, error) {
+	conn, ids, err := e.pinned(ctx, target, name, buildID)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return e.Client.MoveSessions(ctx, conn, ids)
+}
+
+// Unpin implements WorkerDeployments.
+func (e *Engines) Unpin(ctx context.Context, target EngineTarget, name, buildID string) (int, error) {
+	conn, ids, err := e.pinned(ctx, target, name, buildID)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return len(ids), e.Client.Unpin(ctx, conn, ids)
+}
+
+func (e *Engines) pinned(ctx context.Context, target EngineTarget, name, buildID string) (engineadmin.Connection, []string, error) {
+	conn, err := e.connection(target)
+	if err != nil {
+		return conn, nil, err
+	}
+	ids, err := e.Client.PinnedSessions(ctx, conn, name, buildID)
+	return conn, ids, err
+}
