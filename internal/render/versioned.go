@@ -1,7 +1,8 @@
 package render
 
 import (
-	"strings"
+	"crypto/sha256"
+	"encoding/hex"
 
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -21,11 +22,11 @@ const LabelBuildID = "agents.stepwise.run/build-id"
 func WorkerDeploymentName(flowType string) string { return TaskQueue(flowType) }
 
 // VersionedWorkerName is the name of the worker Deployment of one version:
-// the unversioned name with the build ID's image digest, so every version
-// of every engine version gets its own.
+// the unversioned name with a digest of the build ID, so every version gets
+// its own, even one image declared as two engine versions.
 func VersionedWorkerName(agentName, buildID string) string {
-	_, digest, _ := strings.Cut(buildID, "-")
-	return WorkerName(agentName) + "-" + digest
+	sum := sha256.Sum256([]byte(buildID))
+	return WorkerName(agentName) + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
 // Versioned turns the rendered worker Deployment into the Deployment of its

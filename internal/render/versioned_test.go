@@ -46,3 +46,12 @@ func TestVersionedWorkerDeployment(t *testing.T) {
 		t.Error("unversioned labels read as versioned")
 	}
 }
+
+func TestVersionedWorkerNameIsPerBuildID(t *testing.T) {
+	image := "registry.example/worker:1"
+	a := rollout.Worker{EngineVersion: "0.5.0", Image: image}.BuildID()
+	b := rollout.Worker{EngineVersion: "0.6.0", Image: image}.BuildID()
+	if VersionedWorkerName("support", a) == VersionedWorkerName("support", b) {
+		t.Errorf("one image declared as two engine versions gets one Deployment name, %s", VersionedWorkerName("support", a))
+	}
+}

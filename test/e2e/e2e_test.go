@@ -49,6 +49,7 @@ func TestOperatorOnRealPods(t *testing.T) {
 		{"a pod deleted during a tool call finishes the Step and the session goes on", podDeletedDuringToolCall},
 		{"pods run with the rendered security context", securityContext},
 		{"a rollback and an upgrade across engine versions stop every old worker first, under load", stopOldFirstUnderLoad},
+		{"a new image and its revert roll as Worker Deployment versions while sessions keep answering", versionedUpgradeUnderLoad},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -422,9 +423,29 @@ func waitAgent(t *testing.T, name string, cond func(*agentsv1.Agent) bool) *agen
 func waitRolledOut(t *testing.T, agent string, replicas int32) {
 	t.Helper()
 	waitFor(t, "the "+agent+" workers to roll out", func() (bool, error) {
-		var d appsv1.Deployment
-		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: render.WorkerName(agent)}, &d); err != nil {
+		var a agentsv1.Agent
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: agent}, &a); err != nil {
 			return false, err
+		}
+		// Where the engine offers Worker Deployments, the desired workers
+		// are the newest version's own Deployment.
+		names := []string{render.WorkerName(agent)}
+		if v := a.Status.WorkerVersions; len(v) > 0 {
+			names = append([]string{render.VersionedWorkerName(agent, v[0].BuildID)}, names...)
+		}
+		var d appsv1.Deployment
+		found := false
+		for _, name := range names {
+			err := kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &d)
+			if client.IgnoreNotFound(err) != nil {
+				return false, err
+			}
+			if found = err == nil; found {
+				break
+			}
+		}
+		if !found {
+			return false, nil
 		}
 		s := d.Status
 		terminating := s.TerminatingReplicas != nil && *s.TerminatingReplicas > 0

@@ -103,8 +103,16 @@ func run(m *testing.M) int {
 	}()
 
 	// A ten-second long poll lets a stopped worker's last poll age past the
-	// operator's quiet period (set short at install) without a minute's wait.
-	engine, err = devserver.Start(ctx, cfg.temporal, "--dynamic-config-value", `matching.longPollExpirationInterval="10s"`)
+	// operator's quiet period (set short at install) without a minute's
+	// wait. The engine keeps a poller for longer than that quiet period, or
+	// the operator could not see a worker that stopped polling a moment
+	// ago; and it forgets one soon after, so that a drained version's
+	// record may be deleted within seconds, not Temporal's five minutes.
+	engine, err = devserver.Start(ctx, cfg.temporal,
+		"--dynamic-config-value", `matching.longPollExpirationInterval="10s"`,
+		"--dynamic-config-value", fmt.Sprintf(`matching.PollerHistoryTTL="%s"`, 2*pollerQuietPeriod),
+		"--dynamic-config-value", `matching.wv.VersionDrainageStatusVisibilityGracePeriod="2s"`,
+		"--dynamic-config-value", `matching.wv.VersionDrainageStatusRefreshInterval="2s"`)
 	if err != nil {
 		fmt.Fprintln(os.Stdout, err)
 		return 1

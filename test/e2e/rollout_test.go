@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -10,7 +13,10 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -331,4 +337,244 @@ func (w *workerWatch) check(t *testing.T, targets []string) {
 	}
 	t.Logf("pod watch and %d poller identities: no overlap; Progressing went %v; sessions waited for a worker %v in the stop-old-first gaps",
 		len(spans), w.reasons, w.gaps)
+}
+
+// versionedUpgradeUnderLoad rolls the exporter Agent to a new image of its
+// engine version, and back (a revert of the image), while sessions keep
+// sending turns that each run a non-idempotent tool call. Each image is a
+// version of the Agent's Worker Deployment: the new one starts beside the
+// old, new sessions start on it once it is current, and every session
+// pinned to the old one moves at its next turn boundary, idle or not. The
+// old version's workers stop once the engine reports it drained, and its
+// Deployment and engine record go. Sessions never wait for the rollout:
+// the test reports the longest a turn took beyond its tool call.
+func versionedUpgradeUnderLoad(t *testing.T) {
+	const agentName = "exporter"
+	settled := func(a *agentsv1.Agent) bool {
+		v := a.Status.WorkerVersions
+		return len(v) == 1 && v[0].State == agentsv1.WorkerVersionCurrent && v[0].ReadyReplicas == 2 &&
+			meta.IsStatusConditionFalse(a.Status.Conditions, agentsv1.ConditionProgressing)
+	}
+	agent := waitAgent(t, agentName, settled)
+	first := agent.Status.WorkerVersions[0]
+	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
+	deploymentName := render.WorkerDeploymentName(agent.Spec.FlowType)
+	// The same worker under a second tag is a new image to the operator: a
+	// new build ID, so a new version.
+	fixed := image("e2e-worker") + "-fix"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "ctr", "--address", cluster.ContainerdAddress(), "--namespace", "k8s.io",
+		"images", "tag", "--force", image("e2e-worker"), fixed).CombinedOutput(); err != nil {
+		t.Fatalf("tagging the worker image as %s: %v\n%s", fixed, err, out)
+	}
+	if cur := currentVersionOf(t, deploymentName); cur != first.BuildID {
+		t.Fatalf("the engine's current version of %s is %q; want the exporter's %s", deploymentName, cur, first.BuildID)
+	}
+
+	// The idle sessions of the stop-old-first step are pinned to the first
+	// version; they must move without a new turn.
+	idle := []string{"load-1", "load-2", "load-3"}
+	load := startTurnLoad(ctx, t, s, []string{"steady-1", "steady-2", "steady-3"}, 3)
+	for round, target := range []string{fixed, first.Image} {
+		before := waitAgent(t, agentName, settled).Status.WorkerVersions[0]
+		want := rollout.Worker{EngineVersion: before.EngineVersion, Image: target}.BuildID()
+		load.waitTurns(t, 1) // every session has a turn running or done on the old version
+		reasons := sampleReasons(ctx, agentName)
+		t.Logf("rolling %s from %s (%s) to %s (%s) while sessions send turns", agentName, before.Image, before.BuildID, target, want)
+		kubectl(t, "patch", "agent", agentName, "--type", "merge", "-p", fmt.Sprintf(`{"spec":{"workers":{"image":%q}}}`, target))
+		waitFor(t, "both versions to run at once", func() (bool, error) {
+			pods, err := listWorkerPods(agentName)
+			seen := map[string]bool{}
+			for i := range pods {
+				if podReady(&pods[i]) {
+					seen[pods[i].Labels[render.LabelBuildID]] = true
+				}
+			}
+			return seen[before.BuildID] && seen[want], err
+		})
+		after := waitAgent(t, agentName, func(a *agentsv1.Agent) bool {
+			return settled(a) && a.Status.WorkerVersions[0].BuildID == want && a.Status.RolloutStrategy == string(rollout.StrategyVersioned)
+		})
+		load.waitTurns(t, 1) // and a turn since on the new one
+		for _, id := range append(slices.Clone(idle), load.ids...) {
+			waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return sessionBuildID(ctx, id) == want, nil })
+		}
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: render.VersionedWorkerName(agentName, before.BuildID)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the drained version's Deployment is still there (%v)", err)
+		}
+		waitFor(t, "the engine to forget version "+before.BuildID, func() (bool, error) {
+			return !slices.Contains(versionsOf(t, deploymentName), before.BuildID), nil
+		})
+		if cur := currentVersionOf(t, deploymentName); cur != want {
+			t.Fatalf("the engine's current version is %q after the rollout; want %s", cur, want)
+		}
+		got := reasons()
+		if !slices.Contains(got, string(rollout.PhaseDraining)) {
+			t.Errorf("round %d: the Agent's Progressing reasons were %v; want %s while the old version drained", round+1, got, rollout.PhaseDraining)
+		}
+		t.Logf("round %d: %s is current, %s drained and removed; Progressing went %v; %d workers ready", round+1, want, before.BuildID, got, after.Status.ReadyReplicas)
+	}
+	load.stop(t)
+}
+
+// turnLoad keeps sessions busy: each sends a turn that runs slow_export as
+// soon as its last turn ended, and records how long every turn took beyond
+// the export itself.
+type turnLoad struct {
+	ids     []string
+	seconds int
+	stopped chan struct{}
+	done    sync.WaitGroup
+
+	mu      sync.Mutex
+	turns   map[string]int
+	longest time.Duration
+	errs    []string
+}
+
+func startTurnLoad(ctx context.Context, t *testing.T, s *sessions.Sessions, ids []string, seconds int) *turnLoad {
+	t.Helper()
+	l := &turnLoad{ids: ids, seconds: seconds, stopped: make(chan struct{}), turns: map[string]int{}}
+	for _, id := range ids {
+		l.done.Add(1)
+		go func() {
+			defer l.done.Done()
+			l.run(ctx, s, id)
+		}()
+	}
+	return l
+}
+
+func (l *turnLoad) run(ctx context.Context, s *sessions.Sessions, id string) {
+	text := fmt.Sprintf(`call slow_export {"seconds":%d}`, l.seconds)
+	for turn := 1; ; turn++ {
+		select {
+		case <-l.stopped:
+			return
+		default:
+		}
+		began := time.Now()
+		var ok bool
+		var err error
+		if turn == 1 {
+			ok, err = s.Start(ctx, id, text)
+		} else {
+			ok, err = s.Send(ctx, id, text)
+		}
+		if err != nil || !ok {
+			l.fail(fmt.Sprintf("session %s turn %d: sent %v, %v", id, turn, ok, err))
+			return
+		}
+		for {
+			snap, err := s.Snapshot(ctx, id)
+			if ctx.Err() != nil {
+				l.fail(fmt.Sprintf("session %s turn %d did not end: %v", id, turn, err))
+				return
+			}
+			if err == nil && snap.State != nil && snap.State.TurnCount == turn && snap.State.ActiveTurnID == "" {
+				if n := countToolMessages(snap, "slow_export"); n != turn {
+					l.fail(fmt.Sprintf("session %s ran slow_export %d times in %d turns; a non-idempotent write runs once per call", id, n, turn))
+					return
+				}
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		l.mu.Lock()
+		l.turns[id] = turn
+		l.longest = max(l.longest, time.Since(began)-time.Duration(l.seconds)*time.Second)
+		l.mu.Unlock()
+	}
+}
+
+func (l *turnLoad) fail(problem string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, problem)
+}
+
+// waitTurns waits until every session ended n more turns than now.
+func (l *turnLoad) waitTurns(t *testing.T, n int) {
+	t.Helper()
+	l.mu.Lock()
+	from := maps.Clone(l.turns)
+	l.mu.Unlock()
+	waitFor(t, fmt.Sprintf("every loaded session to end %d more turns", n), func() (bool, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if len(l.errs) > 0 {
+			return false, errors.New(strings.Join(l.errs, "; "))
+		}
+		for _, id := range l.ids {
+			if l.turns[id] < from[id]+n {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// stop lets every session end its turn, and fails the test on a session
+// that did not answer or ran a tool call twice.
+func (l *turnLoad) stop(t *testing.T) {
+	t.Helper()
+	close(l.stopped)
+	l.done.Wait()
+	if len(l.errs) > 0 {
+		t.Fatal(strings.Join(l.errs, "\n"))
+	}
+	t.Logf("sessions %v ended %v turns; the longest turn took %s beyond its %ds tool call",
+		l.ids, l.turns, l.longest.Round(10*time.Millisecond), l.seconds)
+}
+
+// sampleReasons records the Agent's Progressing reasons until the returned
+// function is called, which returns them in order.
+func sampleReasons(ctx context.Context, agent string) func() []string {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &workerWatch{agent: agent}
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		w.sampleAgent(ctx)
+	}()
+	return func() []string {
+		cancel()
+		w.done.Wait()
+		return w.reasons
+	}
+}
+
+// sessionBuildID is the build ID of the Worker Deployment version the
+// session's current run is pinned to, or "" when it is not pinned.
+func sessionBuildID(ctx context.Context, id string) string {
+	desc, err := engine.Client().DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return ""
+	}
+	return desc.GetWorkflowExecutionInfo().GetVersioningInfo().GetDeploymentVersion().GetBuildId()
+}
+
+func describeWorkerDeployment(t *testing.T, name string) *workflowservice.DescribeWorkerDeploymentResponse {
+	t.Helper()
+	resp, err := engine.Client().WorkflowService().DescribeWorkerDeployment(context.Background(),
+		&workflowservice.DescribeWorkerDeploymentRequest{Namespace: "default", DeploymentName: name})
+	if err != nil {
+		t.Fatalf("describing Worker Deployment %s: %v", name, err)
+	}
+	return resp
+}
+
+func currentVersionOf(t *testing.T, name string) string {
+	t.Helper()
+	return describeWorkerDeployment(t, name).GetWorkerDeploymentInfo().GetRoutingConfig().GetCurrentDeploymentVersion().GetBuildId()
+}
+
+func versionsOf(t *testing.T, name string) []string {
+	t.Helper()
+	var out []string
+	for _, v := range describeWorkerDeployment(t, name).GetWorkerDeploymentInfo().GetVersionSummaries() {
+		out = append(out, v.GetDeploymentVersion().GetBuildId())
+	}
+	return out
 }
