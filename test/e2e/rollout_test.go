@@ -548,11 +548,11 @@ func sampleReasons(ctx context.Context, agent string) func() []string {
 // sessionBuildID is the build ID of the Worker Deployment version the
 // session's current run is pinned to, or "" when it is not pinned.
 func sessionBuildID(ctx context.Context, id string) string {
-	desc, err := engine.Client().DescribeWorkflowExecution(ctx, id, "")
+	desc, err := engine.Client().DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return ""
 	}
-	return desc.GetWorkflowExecutionInfo().GetVersioningInfo().GetDeploymentVersion().GetBuildId()
+	return desc.RawResponse.GetWorkflowExecutionInfo().GetVersioningInfo().GetDeploymentVersion().GetBuildId()
 }
 
 func describeWorkerDeployment(t *testing.T, name string) *workflowservice.DescribeWorkerDeploymentResponse {
