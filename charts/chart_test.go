@@ -313,7 +313,7 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		t.Errorf("imagePullPolicy = %q, want IfNotPresent", manager.ImagePullPolicy)
 	}
 	wantArgs := []string{
-		"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--poller-quiet-period=75s",
+		"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--poller-quiet-period=75s", "--versioned-rollouts=true",
 		"--worker-image=" + defaultPrefix + "/agent-worker:" + version, "--zap-log-level=info", "--zap-encoder=json",
 	}
 	if !slices.Equal(manager.Args, wantArgs) {
@@ -369,7 +369,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		t.Errorf("image = %q %s, want %q Always", manager.Image, manager.ImagePullPolicy, want)
 	}
 	wantArgs := []string{
-		"--leader-elect", "--health-probe-bind-address=:9091", "--metrics-bind-address=:9090", "--poller-quiet-period=2m",
+		"--leader-elect", "--health-probe-bind-address=:9091", "--metrics-bind-address=:9090", "--poller-quiet-period=2m", "--versioned-rollouts=false",
 		"--default-engine-address=temporal.example.com:7233", "--default-engine-namespace=agents.prod",
 		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
 		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",

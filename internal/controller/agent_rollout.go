@@ -60,9 +60,11 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 		return in.live, false, err
 	}
 	desired.Versioned = r.wantsVersioning(ctx, in, sets)
-	if desired.Versioned || len(sets.versioned) > 0 || slices.ContainsFunc(pods, func(p rollout.Pod) bool { return p.Versioned }) ||
-		slices.ContainsFunc(agent.Status.WorkerVersions, func(v agentsv1.WorkerVersion) bool { return v.State == agentsv1.WorkerVersionDrained }) {
-		return r.rollVersioned(ctx, agent, in, pass, desired, sets)
+	if desired.Versioned || len(sets.versioned) > 0 || slices.ContainsFunc(pods, func(p rollout.Pod) bool { return p.Versioned }) {
+		return r.rollVersioned(ctx, agent, in, pass, desired, sets, nil)
+	}
+	if engine := r.leftoverVersions(ctx, agent, in); engine != nil {
+		return r.rollVersioned(ctx, agent, in, pass, desired, sets, engine)
 	}
 
 	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods}
@@ -87,6 +89,30 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 		return in.live, false, r.scaleDeployment(ctx, in.live, 0)
 	}
 	return in.live, false, nil
+}
+
+// leftoverVersions reads the Agent's Worker Deployment when no versioned
+// worker is left but the engine may still hold records of versions that
+// ran, such as right after leaving versioning, and returns it when it
+// does; nil otherwise. The engine, not the Agent's status, says so: the
+// status a pass reads may not yet show what the pass before it wrote.
+func (r *AgentReconciler) leftoverVersions(ctx context.Context, agent *agentsv1.Agent, in rolloutPass) *rollout.Engine {
+	if !r.VersionedRollouts || r.WorkerDeployments == nil {
+		return nil
+	}
+	target := EngineTarget{Resolved: in.resolved, Secrets: in.secrets}
+	if supported, _, err := r.WorkerDeployments.Versioning(ctx, target); err != nil || !supported {
+		return nil
+	}
+	engine := r.readEngine(ctx, target, render.WorkerDeploymentName(agent.Spec.FlowType))
+	if engine.Error != "" {
+		log.FromContext(ctx).Info("cannot read the Worker Deployment for versions left to delete", "error", engine.Error)
+		return nil
+	}
+	if len(engine.Versions) == 0 {
+		return nil
+	}
+	return engine
 }
 
 func (r *AgentReconciler) rolloutOptions() rollout.Options {

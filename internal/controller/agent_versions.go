@@ -112,14 +112,15 @@ func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, s
 }
 
 // rollVersioned plans and carries out one pass of a rollout among worker
-// sets (rollout.DecideVersioned). It returns the desired set's Deployment
-// as it stands after the pass, and whether it applied it.
+// sets (rollout.DecideVersioned), with the engine's Worker Deployment when
+// already read. It returns the desired set's Deployment as it stands after
+// the pass, and whether it applied it.
 func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass,
-	desired rollout.Desired, sets workerSets,
+	desired rollout.Desired, sets workerSets, engine *rollout.Engine,
 ) (*appsv1.Deployment, bool, error) {
 	target := EngineTarget{Resolved: in.resolved, Secrets: in.secrets}
 	name := render.WorkerDeploymentName(agent.Spec.FlowType)
-	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions)}
+	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Engine: engine}
 	if sets.unversioned != nil {
 		obs.Deployment = observedDeployment(sets.unversioned)
 	}

@@ -94,6 +94,7 @@ var _ = Describe("charts/stepwise", func() {
 			for _, allowed := range [][]string{
 				{"patch", "agents.agents.stepwise.run", "--subresource=status"},
 				{"create", "deployments.apps", "--namespace", "team-a"},
+				{"delete", "deployments.apps", "--namespace", "team-a"}, // a drained worker version's
 				{"update", "leases.coordination.k8s.io", "--namespace", install.namespace},
 			} {
 				out, err = kubectl(append([]string{"auth", "can-i", "--as", serviceAccount}, allowed...)...)
@@ -102,7 +103,7 @@ var _ = Describe("charts/stepwise", func() {
 			}
 			for _, denied := range [][]string{
 				{"create", "secrets", "--namespace", "team-a"},
-				{"delete", "deployments.apps", "--namespace", "team-a"},
+				{"delete", "pods", "--namespace", "team-a"},
 				{"update", "leases.coordination.k8s.io", "--namespace", "team-a"},
 			} {
 				out, _ = kubectl(append([]string{"auth", "can-i", "--as", serviceAccount}, denied...)...)
