@@ -58,6 +58,6 @@ func pollAsOldEngine(host, engineVersion string) {
 	w := sdkworker.New(c, os.Getenv("E2E_TASK_QUEUE"), sdkworker.Options{Identity: rollout.WorkerIdentity(os.Getpid(), host, engineVersion)})
 	w.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "E2EUnused"})
 	if err := w.Run(sdkworker.InterruptCh()); err != nil {
-		log.Fatal(err)
+		log.Print(err)
 	}
 }
