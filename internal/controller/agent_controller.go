@@ -163,19 +163,11 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 		return err
 	}
 	pass.desiredConfigMap = *worker.ConfigMap.Name
-	desiredLive, applied, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
+	desiredLive, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
 	if err != nil {
 		return err
 	}
-	// Status reports what the API server answered, not what the cache may
-	// not have seen yet; unapplied, the Deployment as read already holds
-	// everything this pass would apply.
 	pass.deployment = desiredLive
-	if applied {
-		if pass.deployment, err = render.Convert[appsv1.Deployment](worker.Deployment); err != nil {
-			return err
-		}
-	}
 	pass.observed.deployment = true
 	if pass.graph, err = r.publishGraph(ctx, agent, graph); err != nil {
 		return err

@@ -45,19 +45,19 @@ type rolloutPass struct {
 // applies the desired worker Deployment, stops workers, moves sessions, or
 // waits. It returns the desired Deployment as it stands after the pass, and
 // whether it applied it.
-func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass) (*appsv1.Deployment, bool, error) {
+func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass) (*appsv1.Deployment, error) {
 	desired := rollout.Desired{
 		Worker:   rollout.Worker{EngineVersion: in.resolved.EngineVersion, Image: in.resolved.WorkerImage},
 		Replicas: render.DesiredReplicas(agent),
 	}
 	sets, err := r.listWorkerSets(ctx, agent, in.live)
 	if err != nil {
-		return in.live, false, err
+		return in.live, err
 	}
 	pass.workerSets = sets.all()
 	pods, err := r.workerPods(ctx, r.Client, agent)
 	if err != nil {
-		return in.live, false, err
+		return in.live, err
 	}
 	desired.Versioned = r.wantsVersioning(ctx, in, sets)
 	if desired.Versioned || len(sets.versioned) > 0 || slices.ContainsFunc(pods, func(p rollout.Pod) bool { return p.Versioned }) {
@@ -69,7 +69,7 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 
 	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods}
 	if d := in.live; d != nil {
-		obs.Deployment = observedDeployment(d)
+		obs.Deployment = observedDeployment(d, true, in.worker.ConfigDigest)
 	}
 	opts := r.rolloutOptions()
 	plan := rollout.Decide(desired, obs, opts)
@@ -84,11 +84,17 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 	switch plan.Action {
 	case rollout.ActionApply:
 		applied, err := r.applyChanged(ctx, in.worker.Deployment, in.live)
-		return in.live, applied, err
+		if err != nil || !applied {
+			return in.live, err
+		}
+		// Status reports what was applied, not what the cache may not
+		// have seen yet.
+		d, err := render.Convert[appsv1.Deployment](in.worker.Deployment)
+		return d, err
 	case rollout.ActionStopWorkers:
-		return in.live, false, r.scaleDeployment(ctx, in.live, 0)
+		return in.live, r.scaleDeployment(ctx, in.live, 0)
 	}
-	return in.live, false, nil
+	return in.live, nil
 }
 
 // leftoverVersions reads the Agent's Worker Deployment when no versioned
@@ -178,7 +184,11 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-func observedDeployment(d *appsv1.Deployment) *rollout.Deployment {
+// observedDeployment is what the planner needs of a worker Deployment. The
+// status of the desired set counts as observed only once its template is
+// the one rendered now: a cache that has not yet seen the last apply shows
+// an older template's status, which says nothing of the new one.
+func observedDeployment(d *appsv1.Deployment, desired bool, configDigest string) *rollout.Deployment {
 	engineVersion, image := render.WorkerOf(d.Spec.Template.Labels, &d.Spec.Template.Spec)
 	replicas := int32(1)
 	if d.Spec.Replicas != nil {
@@ -191,7 +201,8 @@ func observedDeployment(d *appsv1.Deployment) *rollout.Deployment {
 		TerminatingReplicas: d.Status.TerminatingReplicas,
 		UpdatedReplicas:     d.Status.UpdatedReplicas,
 		AvailableReplicas:   d.Status.AvailableReplicas,
-		Observed:            d.Status.ObservedGeneration >= d.Generation,
+		Observed: d.Status.ObservedGeneration >= d.Generation &&
+			(!desired || d.Spec.Template.Annotations[render.AnnotationConfigDigest] == configDigest),
 	}
 }
 

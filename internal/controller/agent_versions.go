@@ -117,19 +117,23 @@ func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, s
 // the pass, and whether it applied it.
 func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass,
 	desired rollout.Desired, sets workerSets, engine *rollout.Engine,
-) (*appsv1.Deployment, bool, error) {
+) (*appsv1.Deployment, error) {
 	target := EngineTarget{Resolved: in.resolved, Secrets: in.secrets}
 	name := render.WorkerDeploymentName(agent.Spec.FlowType)
 	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Engine: engine}
-	if sets.unversioned != nil {
-		obs.Deployment = observedDeployment(sets.unversioned)
+	key := rollout.Unversioned
+	if desired.Versioned {
+		key = desired.BuildID()
 	}
-	for _, d := range sets.versioned {
-		obs.Sets = append(obs.Sets, rollout.WorkerSet{Deployment: *observedDeployment(d), Versioned: true})
+	if d := sets.unversioned; d != nil {
+		obs.Deployment = observedDeployment(d, key == rollout.Unversioned, in.worker.ConfigDigest)
+	}
+	for buildID, d := range sets.versioned {
+		obs.Sets = append(obs.Sets, rollout.WorkerSet{Deployment: *observedDeployment(d, key == buildID, in.worker.ConfigDigest), Versioned: true})
 	}
 	var err error
 	if obs.Pods, err = r.workerPods(ctx, r.Client, agent); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	opts := r.rolloutOptions()
 	plan := rollout.DecideVersioned(desired, obs, opts)
@@ -147,23 +151,28 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 	}
 	pass.rollout = &plan
 
-	key := rollout.Unversioned
 	object := in.worker.Deployment
 	if desired.Versioned {
-		key = desired.BuildID()
 		object = render.Versioned(object, agent.Name, agent.Spec.FlowType)
 	}
 	live := sets.byKey(key)
 	var problems []string
 	for _, k := range plan.Stop {
 		if err := r.scaleDeployment(ctx, sets.byKey(k), 0); err != nil {
-			return live, false, err
+			return live, err
 		}
 	}
 	applied := false
 	if plan.Action == rollout.ActionApply {
 		if applied, err = r.applyChanged(ctx, object, live); err != nil {
-			return live, false, err
+			return live, err
+		}
+	}
+	if applied {
+		// Status reports what was applied, not what the cache may not
+		// have seen yet.
+		if live, err = render.Convert[appsv1.Deployment](object); err != nil {
+			return nil, err
 		}
 	}
 	if plan.MakeCurrent {
@@ -183,7 +192,7 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 	}
 	for _, k := range plan.Remove {
 		if err := r.removeWorkerSet(ctx, sets.byKey(k)); err != nil {
-			return live, applied, err
+			return live, err
 		}
 	}
 	for _, buildID := range plan.DeleteVersions {
@@ -199,7 +208,7 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 		plan.RecheckAfter = max(plan.RecheckAfter, opts.RecheckInterval)
 	}
 	log.FromContext(ctx).Info("rollout", "strategy", plan.Strategy, "action", plan.Action, "phase", plan.Phase, "message", plan.Message)
-	return live, applied, nil
+	return live, nil
 }
 
 // readEngine reads the Agent's Worker Deployment for the planner; a failed

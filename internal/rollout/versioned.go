@@ -126,8 +126,11 @@ func planVersioned(desired Desired, obs Observed, opts Options) Plan {
 	if !desired.Versioned && len(sets) == 1 && key == Unversioned && obs.Engine == nil {
 		p.Strategy = StrategyRolling
 	}
-	ready := desiredSet != nil && desiredSet.Template == desired.Worker && desiredSet.Observed &&
-		desiredSet.Replicas == desired.Replicas && desiredSet.AvailableReplicas >= desired.Replicas && desired.Replicas > 0
+	// A version's own Deployment rolls in place on a change that keeps its
+	// build ID (configuration, a rotated Secret): ready means every worker
+	// runs its newest template.
+	ready := desiredSet != nil && desiredSet.Template == desired.Worker && desiredSet.Observed && desiredSet.Replicas == desired.Replicas &&
+		desiredSet.UpdatedReplicas >= desired.Replicas && desiredSet.AvailableReplicas >= desired.Replicas && desired.Replicas > 0
 	if obs.Engine == nil {
 		p.NeedsEngine = true
 		p.Message = "reading the Worker Deployment from the engine"
@@ -383,7 +386,12 @@ func versionedStatus(desired Desired, obs Observed, p Plan) []VersionStatus {
 	case PhaseWaitingForOldWorkersStopped:
 		want.State = StatePending
 	default:
+		// A current version that rolls in place stays current.
 		want.State = StateRamping
+		if obs.Engine != nil && obs.Engine.Error == "" && obs.Engine.Current == keyOf(desired.Worker, desired.Versioned) &&
+			(desired.Versioned || len(obs.Engine.Versions) > 0) {
+			want.State = StateCurrent
+		}
 	}
 	for _, s := range allSets(obs) {
 		e := get(s.Template, s.Template.BuildID())

@@ -114,6 +114,13 @@ func TestDecideVersioned(t *testing.T) {
 			states: []State{StateCurrent, StateDrained},
 		},
 		{
+			name: "a change that keeps the build ID rolls the version in place: not complete until every worker runs the newest template", desired: wantB,
+			obs: Observed{Sets: []WorkerSet{{Versioned: true, Deployment: Deployment{Template: w050b, Replicas: 2, StatusReplicas: 2,
+				UpdatedReplicas: 1, AvailableReplicas: 2, Observed: true}}}, Pods: versionedPods(w050b, 2), Engine: current(b, EngineVersion{BuildID: b})},
+			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, Message: "rolling version"},
+			states: []State{StateCurrent},
+		},
+		{
 			name: "then its engine record is deleted", desired: wantB,
 			obs: Observed{Sets: []WorkerSet{set(w050b, 2, 2)}, Pods: versionedPods(w050b, 2),
 				Engine: current(b, EngineVersion{BuildID: a, Drained: true}, EngineVersion{BuildID: b})},

@@ -94,10 +94,13 @@ func supportDemo(t *testing.T) {
 			t.Fatalf("pod %s runs %s, want the sample's image", p.Name, p.Spec.Containers[0].Image)
 		}
 	}
-	out := kubectl(t, "get", "agent", "support", "--no-headers")
-	if cols := strings.Fields(out); len(cols) < 7 || cols[6] != "2" {
-		t.Fatalf("kubectl get agent support shows %q; want AVAILABLE 2 (columns NAME FLOW-TYPE PROVIDER MODEL READY DESIRED AVAILABLE)", out)
-	}
+	// The Agent's status follows its workers' Deployment, which may still
+	// be rolling to the template of a reference the Agent resolved late.
+	waitFor(t, "kubectl get agent support to show AVAILABLE 2 (columns NAME FLOW-TYPE PROVIDER MODEL READY DESIRED AVAILABLE)", func() (bool, error) {
+		out, err := kubectlErr("get", "agent", "support", "--no-headers")
+		cols := strings.Fields(out)
+		return err == nil && len(cols) >= 7 && cols[6] == "2", nil
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
