@@ -43,8 +43,8 @@ type rolloutPass struct {
 
 // rollDeployment plans the pass's rollout step and carries it out: it
 // applies the desired worker Deployment, stops workers, moves sessions, or
-// waits. It returns the desired Deployment as it stands after the pass, and
-// whether it applied it.
+// waits. It returns the desired Deployment as it stands after the pass: as
+// applied, when the pass applied it.
 func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass) (*appsv1.Deployment, error) {
 	desired := rollout.Desired{
 		Worker:   rollout.Worker{EngineVersion: in.resolved.EngineVersion, Image: in.resolved.WorkerImage},

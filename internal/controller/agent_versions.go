@@ -114,7 +114,7 @@ func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, s
 // rollVersioned plans and carries out one pass of a rollout among worker
 // sets (rollout.DecideVersioned), with the engine's Worker Deployment when
 // already read. It returns the desired set's Deployment as it stands after
-// the pass, and whether it applied it.
+// the pass: as applied, when the pass applied it.
 func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass,
 	desired rollout.Desired, sets workerSets, engine *rollout.Engine,
 ) (*appsv1.Deployment, error) {
