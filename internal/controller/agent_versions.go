@@ -245,7 +245,19 @@ type Engines struct {
 
 	mu         sync.Mutex
 	versioning map[string]versioningAnswer
+	described  map[string]describedAnswer
 }
+
+// describedAnswer is a Worker Deployment as the engine last described it,
+// kept for describedTTL: a rollout's passes come many to the second, and
+// the engine limits the requests each Worker Deployment takes. A change
+// the operator makes forgets it.
+type describedAnswer struct {
+	engine rollout.Engine
+	at     time.Time
+}
+
+const describedTTL = 2 * time.Second
 
 // versioningAnswer is an engine's answer about Worker Deployments, kept for
 // versioningTTL: it changes only with a server upgrade or a namespace
@@ -310,6 +322,13 @@ func (e *Engines) Describe(ctx context.Context, target EngineTarget, name string
 	if err != nil {
 		return rollout.Engine{}, err
 	}
+	key := conn.Key() + "\x00" + name
+	e.mu.Lock()
+	answer, ok := e.described[key]
+	e.mu.Unlock()
+	if ok && time.Since(answer.at) < describedTTL {
+		return answer.engine, nil
+	}
 	d, err := e.Client.WorkerDeployment(ctx, conn, name)
 	if err != nil {
 		return rollout.Engine{}, err
@@ -320,7 +339,21 @@ func (e *Engines) Describe(ctx context.Context, target EngineTarget, name string
 			BuildID: v.BuildID, Draining: v.Drainage == engineadmin.DrainageDraining, Drained: v.Drainage == engineadmin.DrainageDrained,
 		})
 	}
+	e.mu.Lock()
+	if e.described == nil {
+		e.described = map[string]describedAnswer{}
+	}
+	e.described[key] = describedAnswer{engine: out, at: time.Now()}
+	e.mu.Unlock()
 	return out, nil
+}
+
+// forget drops the kept description of a Worker Deployment the operator
+// changes.
+func (e *Engines) forget(conn engineadmin.Connection, name string) {
+	e.mu.Lock()
+	delete(e.described, conn.Key()+"\x00"+name)
+	e.mu.Unlock()
 }
 
 // SetCurrentVersion implements WorkerDeployments.
@@ -329,6 +362,7 @@ func (e *Engines) SetCurrentVersion(ctx context.Context, target EngineTarget, na
 	if err != nil {
 		return err
 	}
+	defer e.forget(conn, name)
 	return e.Client.SetCurrentVersion(ctx, conn, name, buildID)
 }
 
@@ -338,6 +372,7 @@ func (e *Engines) DeleteVersion(ctx context.Context, target EngineTarget, name, 
 	if err != nil {
 		return err
 	}
+	defer e.forget(conn, name)
 	return e.Client.DeleteVersion(ctx, conn, name, buildID)
 }
 

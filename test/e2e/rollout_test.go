@@ -13,6 +13,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -558,11 +559,19 @@ func sessionBuildID(ctx context.Context, id string) string {
 
 func describeWorkerDeployment(t *testing.T, name string) *workflowservice.DescribeWorkerDeploymentResponse {
 	t.Helper()
-	resp, err := engine.Client().WorkflowService().DescribeWorkerDeployment(context.Background(),
-		&workflowservice.DescribeWorkerDeploymentRequest{Namespace: "default", DeploymentName: name})
-	if err != nil {
-		t.Fatalf("describing Worker Deployment %s: %v", name, err)
-	}
+	var resp *workflowservice.DescribeWorkerDeploymentResponse
+	// The engine limits the requests each Worker Deployment takes, which
+	// the operator shares: a refused one is asked again.
+	waitFor(t, "the engine to describe Worker Deployment "+name, func() (bool, error) {
+		var err error
+		resp, err = engine.Client().WorkflowService().DescribeWorkerDeployment(context.Background(),
+			&workflowservice.DescribeWorkerDeploymentRequest{Namespace: devserver.Namespace, DeploymentName: name})
+		var exhausted *serviceerror.ResourceExhausted
+		if errors.As(err, &exhausted) {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	return resp
 }
 
