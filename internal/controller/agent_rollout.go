@@ -61,10 +61,10 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 	}
 	desired.Versioned = r.wantsVersioning(ctx, in, sets)
 	if desired.Versioned || len(sets.versioned) > 0 || slices.ContainsFunc(pods, func(p rollout.Pod) bool { return p.Versioned }) {
-		return r.rollVersioned(ctx, agent, in, pass, desired, sets, nil)
+		return r.rollVersioned(ctx, agent, in, pass, desired, sets, pods, nil)
 	}
 	if engine := r.leftoverVersions(ctx, agent, in); engine != nil {
-		return r.rollVersioned(ctx, agent, in, pass, desired, sets, engine)
+		return r.rollVersioned(ctx, agent, in, pass, desired, sets, pods, engine)
 	}
 
 	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods}

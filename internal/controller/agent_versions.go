@@ -112,15 +112,15 @@ func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, s
 }
 
 // rollVersioned plans and carries out one pass of a rollout among worker
-// sets (rollout.DecideVersioned), with the engine's Worker Deployment when
-// already read. It returns the desired set's Deployment as it stands after
+// sets (rollout.DecideVersioned) from the pods listed for it, with the
+// engine's Worker Deployment when already read. It returns the desired set's Deployment as it stands after
 // the pass: as applied, when the pass applied it.
 func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass,
-	desired rollout.Desired, sets workerSets, engine *rollout.Engine,
+	desired rollout.Desired, sets workerSets, pods []rollout.Pod, engine *rollout.Engine,
 ) (*appsv1.Deployment, error) {
 	target := EngineTarget{Resolved: in.resolved, Secrets: in.secrets}
 	name := render.WorkerDeploymentName(agent.Spec.FlowType)
-	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Engine: engine}
+	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods, Engine: engine}
 	key := rollout.Unversioned
 	if desired.Versioned {
 		key = desired.BuildID()
@@ -130,10 +130,6 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 	}
 	for buildID, d := range sets.versioned {
 		obs.Sets = append(obs.Sets, rollout.WorkerSet{Deployment: *observedDeployment(d, key == buildID, in.worker.ConfigDigest), Versioned: true})
-	}
-	var err error
-	if obs.Pods, err = r.workerPods(ctx, r.Client, agent); err != nil {
-		return nil, err
 	}
 	opts := r.rolloutOptions()
 	plan := rollout.DecideVersioned(desired, obs, opts)
@@ -162,6 +158,7 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 			return live, err
 		}
 	}
+	var err error
 	applied := false
 	if plan.Action == rollout.ActionApply {
 		if applied, err = r.applyChanged(ctx, object, live); err != nil {

@@ -56,14 +56,7 @@ func stopOldFirstUnderLoad(t *testing.T) {
 	for round, target := range []string{previous, current} {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		for _, id := range ids {
-			text := `call slow_export {"seconds":8}`
-			var ok bool
-			var err error
-			if round == 0 {
-				ok, err = s.Start(ctx, id, text)
-			} else {
-				ok, err = s.Send(ctx, id, text)
-			}
+			ok, err := startOrSend(ctx, s, id, `call slow_export {"seconds":8}`, round == 0)
 			if err != nil || !ok {
 				t.Fatalf("session %s: %v %v", id, ok, err)
 			}
@@ -112,6 +105,15 @@ func stopOldFirstUnderLoad(t *testing.T) {
 	}
 	watcher.stop()
 	watcher.check(t, []string{previous, current})
+}
+
+// startOrSend starts the session with its first message, or sends it the
+// next one.
+func startOrSend(ctx context.Context, s *sessions.Sessions, id, text string, first bool) (bool, error) {
+	if first {
+		return s.Start(ctx, id, text)
+	}
+	return s.Send(ctx, id, text)
 }
 
 // workerWatch records, from a pod watch that starts at a fixed
@@ -457,13 +459,7 @@ func (l *turnLoad) run(ctx context.Context, s *sessions.Sessions, id string) {
 		default:
 		}
 		began := time.Now()
-		var ok bool
-		var err error
-		if turn == 1 {
-			ok, err = s.Start(ctx, id, text)
-		} else {
-			ok, err = s.Send(ctx, id, text)
-		}
+		ok, err := startOrSend(ctx, s, id, text, turn == 1)
 		if err != nil || !ok {
 			l.fail(fmt.Sprintf("session %s turn %d: sent %v, %v", id, turn, ok, err))
 			return
