@@ -10,6 +10,7 @@ WORKFLOWCHECK_VERSION  := $(call tool_version,workflowcheck,go.temporal.io/sdk/c
 HELM_VERSION           := $(call tool_version,helm,helm.sh/helm/v4)
 KUBECONFORM_VERSION    := $(call tool_version,kubeconform,github.com/yannh/kubeconform)
 CRANE_VERSION          := $(call tool_version,crane,github.com/google/go-containerregistry)
+VERSITYGW_VERSION      := $(call tool_version,versitygw,github.com/versity/versitygw)
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -22,6 +23,7 @@ WORKFLOWCHECK  := $(BIN)/workflowcheck-$(WORKFLOWCHECK_VERSION)
 HELM           := $(BIN)/helm-$(HELM_VERSION)
 KUBECONFORM    := $(BIN)/kubeconform-$(KUBECONFORM_VERSION)
 CRANE          := $(BIN)/crane-$(CRANE_VERSION)
+VERSITYGW      := $(BIN)/versitygw-$(VERSITYGW_VERSION)
 # The reference MCP servers, from npm, cached by the digest of their lock.
 MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
 
@@ -107,11 +109,24 @@ chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its re
 	$(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)' config/samples examples/autoscaling/hpa.yaml
 
 .PHONY: test
-test: verify-tree verify-gen vet lint envtest temporal mcp-servers chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server and MCP servers, then the end-to-end suite on a real single-node cluster.
+test: verify-tree verify-gen vet lint envtest temporal mcp-servers versitygw chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server, MCP servers and S3 server, a short fuzz run, then the end-to-end suite on a real single-node cluster.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
-	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) \
+	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) STEPWISE_VERSITYGW=$(VERSITYGW) \
 		go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory e2e
+
+# Fuzz targets, as package:target; each runs for FUZZTIME on top of its
+# committed corpus under testdata/fuzz.
+FUZZ_TARGETS := ./internal/media:FuzzSniff ./internal/media:FuzzValidateReference
+FUZZTIME     ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Fuzz the image sniffers and the reference validator for FUZZTIME each.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 .PHONY: record-histories
 record-histories: temporal ## Record this engine version's session histories, which later versions must replay.
@@ -232,6 +247,12 @@ temporal: $(TEMPORAL) ## Build the Temporal server the tests and the local defau
 $(TEMPORAL):
 	mkdir -p $(dir $@)
 	cd hack/tools/temporal && go build -o $@ go.temporal.io/server/cmd/server
+
+.PHONY: versitygw
+versitygw: $(VERSITYGW) ## Build the S3 server the media store tests run (versitygw, posix backend), into bin/.
+
+$(VERSITYGW):
+	cd hack/tools/versitygw && go build -o $@ github.com/versity/versitygw/cmd/versitygw
 
 .PHONY: mcp-servers
 mcp-servers: $(MCP_SERVERS)/.ready ## Install the reference MCP servers the tests run (server-everything, server-filesystem) from npm into bin/.

@@ -1,0 +1,110 @@
+package mediatest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// S3EnvVar names the versitygw binary the S3 tests run; `make test` sets
+// it.
+const S3EnvVar = "STEPWISE_VERSITYGW"
+
+// S3Server is a versitygw S3 gateway with its posix backend, listening on
+// loopback for one test.
+type S3Server struct {
+	// Endpoint is the gateway's URL.
+	Endpoint string
+	// AccessKeyID and SecretAccessKey are its root user's fixed keys.
+	AccessKeyID, SecretAccessKey string
+	// Dir is the backend's directory: each bucket is a directory in it.
+	Dir string
+}
+
+// StartS3 starts a gateway for the test and stops it at the test's end.
+func StartS3(t testing.TB) *S3Server {
+	t.Helper()
+	bin := os.Getenv(S3EnvVar)
+	if bin == "" {
+		t.Fatalf("%s is not set: run the tests with `make test`, which builds versitygw into bin/", S3EnvVar)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	s := &S3Server{
+		Endpoint:        "http://" + addr,
+		AccessKeyID:     "stepwise-test",
+		SecretAccessKey: "stepwise-test-secret",
+		Dir:             filepath.Join(t.TempDir(), "s3"),
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--port", addr, "--access", s.AccessKeyID, "--secret", s.SecretAccessKey, "--quiet", "posix", s.Dir)
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logFile.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.Endpoint + "/")
+		if err == nil {
+			_ = resp.Body.Close()
+			return s
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("versitygw did not answer on %s: %v\n%s", addr, err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Client is an S3 client of the gateway's root user, for a test to make
+// buckets and to look at or change objects behind a store's back.
+func (s *S3Server) Client(t testing.TB) *s3.Client {
+	t.Helper()
+	cfg, err := config.LoadDefaultConfig(context.Background(),
+		config.WithRegion("us-east-1"),
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(s.AccessKeyID, s.SecretAccessKey, "")),
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		o.BaseEndpoint = aws.String(s.Endpoint)
+		o.UsePathStyle = true
+	})
+}
+
+// CreateBucket makes a bucket.
+func (s *S3Server) CreateBucket(t testing.TB, bucket string) {
+	t.Helper()
+	if _, err := s.Client(t).CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatal(fmt.Errorf("creating bucket %s: %w", bucket, err))
+	}
+}
