@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -399,12 +400,12 @@ func TestExecuteToolCall(t *testing.T) {
 			r := newRunner(t, agent.Definition{Tools: []agent.Tool{lookupTool(t, c.fn)}})
 			out, err := r.ExecuteToolCall(context.Background(), execution(c.tool, c.args, agent.EffectRead))
 			if c.wantErr != nil {
-				if !errors.Is(err, c.wantErr) || out != (session.ToolOutcome{}) {
+				if !errors.Is(err, c.wantErr) || !reflect.DeepEqual(out, session.ToolOutcome{}) {
 					t.Errorf("ExecuteToolCall = %+v, %v; want the error %v", out, err, c.wantErr)
 				}
 				return
 			}
-			if err != nil || out != c.want {
+			if err != nil || !reflect.DeepEqual(out, c.want) {
 				t.Errorf("ExecuteToolCall = %+v, %v; want %+v", out, err, c.want)
 			}
 		})

@@ -40,6 +40,9 @@ type Message struct {
 	// Output holds an assistant message's output items as the provider sent
 	// them.
 	Output []OutputItem `json:"output,omitempty"`
+	// Images are a user message's images, or a tool result's; a message
+	// without images has no images key, so its stored bytes are unchanged.
+	Images []ImageReference `json:"images,omitempty"`
 }
 
 // ToolCall is one tool call a model requested, as stored.

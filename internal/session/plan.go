@@ -215,7 +215,7 @@ func (s *State) beginPlanExecution() []Event {
 	}
 	wasDraft := s.Plan.Status == PlanDraft
 	s.Plan.Status = PlanActive
-	events := s.startTurn(ModeExecuting, []string{PlanExecutionMessage(revision)})
+	events := s.startTurn(ModeExecuting, []UserMessage{{Text: PlanExecutionMessage(revision)}})
 	if wasDraft {
 		events = append(events, s.planUpdated())
 	}

@@ -84,6 +84,8 @@ type ToolCallRecord struct {
 	// Output is the model-visible result of a succeeded call, or of a
 	// built-in call that ended without running (a declined question).
 	Output string `json:"output,omitempty"`
+	// Images are the images of a succeeded call's result.
+	Images []ImageReference `json:"images,omitempty"`
 	// Error says why a call failed or why its outcome is unknown.
 	Error              string `json:"error,omitempty"`
 	RejectionMessage   string `json:"rejectionMessage,omitempty"`
@@ -153,6 +155,8 @@ type Interrupt struct {
 type UserMessage struct {
 	ID   string `json:"id"`
 	Text string `json:"text"`
+	// Images are the message's images.
+	Images []ImageReference `json:"images,omitempty"`
 	// PlanMode asks for a planning turn.
 	PlanMode bool `json:"planMode,omitempty"`
 }

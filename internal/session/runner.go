@@ -170,6 +170,8 @@ const (
 type ToolOutcome struct {
 	Kind   ToolOutcomeKind `json:"kind"`
 	Output string          `json:"output,omitempty"`
+	// Images are a succeeded result's images, already in the media store.
+	Images []ImageReference `json:"images,omitempty"`
 	Error  string          `json:"error,omitempty"`
 	// Question and Continuation are an input request's; Continuation is
 	// also a pending task's, for its next poll.

@@ -66,6 +66,10 @@ type State struct {
 	// a request arrives and never on replay, while a handler decides from
 	// the request and the state alone, which the history holds.
 	PlanModeEnabled bool `json:"-"`
+	// ImageStoreURI is the location of the agent's media store, empty when
+	// it has none. Like PlanModeEnabled it is the worker's configuration,
+	// read by validators only.
+	ImageStoreURI string `json:"-"`
 }
 
 // Rejection is the reason an RPC returns false. Nothing changed.
@@ -115,6 +119,8 @@ func (s *State) Start(in StartInput) []Event {
 // SendRequest is send_user_message's input.
 type SendRequest struct {
 	Text string `json:"text"`
+	// Images are references to images already in the agent's media store.
+	Images []ImageReference `json:"images,omitempty"`
 	// PlanMode asks for a planning turn; plan mode must be enabled.
 	PlanMode bool `json:"planMode,omitempty"`
 }
@@ -123,6 +129,9 @@ type SendRequest struct {
 func (s *State) CheckSend(req SendRequest) error {
 	if req.PlanMode && !s.PlanModeEnabled {
 		return reject("plan mode is not enabled for this agent")
+	}
+	if err := checkImagesOfStore(req.Images, s.ImageStoreURI); err != nil {
+		return err
 	}
 	return s.checkSendable(req)
 }
@@ -134,6 +143,9 @@ func (s *State) checkSendable(req SendRequest) error {
 		return reject("the session has not started")
 	case strings.TrimSpace(req.Text) == "":
 		return reject("the message text is blank")
+	}
+	if err := CheckImages(req.Images); err != nil {
+		return reject("%v", err)
 	}
 	return nil
 }
@@ -148,8 +160,9 @@ func (s *State) Send(req SendRequest) (UserMessage, error) {
 		return UserMessage{}, err
 	}
 	m := s.queue(req.Text)
-	s.Queued[len(s.Queued)-1].PlanMode = req.PlanMode
 	m.PlanMode = req.PlanMode
+	m.Images = req.Images
+	s.Queued[len(s.Queued)-1] = m
 	return m, nil
 }
 
@@ -193,20 +206,18 @@ func (s *State) BeginTurn() []Event {
 		if s.Plan != nil && s.Plan.Status == PlanDraft {
 			mode = ModePlanning
 		}
-		texts := make([]string, 0, len(msgs))
 		for _, m := range msgs {
-			texts = append(texts, m.Text)
 			if m.PlanMode {
 				mode = ModePlanning
 			}
 		}
-		return s.startTurn(mode, texts)
+		return s.startTurn(mode, msgs)
 	}
 	return nil
 }
 
 // startTurn stores a turn's user messages and starts it.
-func (s *State) startTurn(mode InteractionMode, texts []string) []Event {
+func (s *State) startTurn(mode InteractionMode, msgs []UserMessage) []Event {
 	s.TurnCount++
 	turn := &Turn{
 		ID: fmt.Sprintf("turn-%d", s.TurnCount), Number: s.TurnCount, Mode: mode,
@@ -216,8 +227,8 @@ func (s *State) startTurn(mode InteractionMode, texts []string) []Event {
 	s.Status = StatusRunningModel
 	s.Mode = turn.Mode
 	first := s.NextSequence
-	for _, text := range texts {
-		s.store(Message{Role: RoleUser, Text: text})
+	for _, m := range msgs {
+		s.store(Message{Role: RoleUser, Text: m.Text, Images: m.Images})
 	}
 	return []Event{NewEvent(EventTurnStarted, turn.ID, map[string]any{"sequence": first})}
 }
@@ -234,7 +245,7 @@ func (s *State) store(m Message) {
 
 // messageBytes is about what a message adds to the state a session carries.
 func messageBytes(m Message) int64 {
-	n := len(m.Text) + len(m.TurnID) + len(m.ToolCallID) + len(m.ToolName) + 64
+	n := len(m.Text) + len(m.TurnID) + len(m.ToolCallID) + len(m.ToolName) + imageBytes(m.Images) + 64
 	for _, c := range m.ToolCalls {
 		n += len(c.ID) + len(c.Name) + len(c.Arguments)
 	}
@@ -703,6 +714,7 @@ func (s *State) RecordToolOutcome(id string, out ToolOutcome) []Event {
 	}
 	switch out.Kind {
 	case ToolResultSucceeded:
+		r.Images = out.Images
 		return s.finish(r, ToolCallSucceeded, out.Output, "")
 	case ToolResultFailed:
 		return s.finish(r, ToolCallFailed, "", out.Error)
@@ -838,7 +850,7 @@ func (s *State) storeResults() {
 	for _, r := range s.Turn.ToolCalls {
 		if r.Status.Final() && !r.ResultStored {
 			r.ResultStored = true
-			s.store(Message{Role: RoleTool, ToolCallID: r.ID, ToolName: r.Name, Text: DescribeOutcome(*r)})
+			s.store(Message{Role: RoleTool, ToolCallID: r.ID, ToolName: r.Name, Text: DescribeOutcome(*r), Images: r.resultImages()})
 		}
 	}
 }
