@@ -131,8 +131,8 @@ func TestLookupOrderReadsAndFailsForAnUnknownOrder(t *testing.T) {
 		t.Errorf("lookup_order policy = %+v, want a read without approval", lookup.Policy)
 	}
 	out, err := lookup.Call(context.Background(), agent.ToolContext{}, `{"order_id":"7"}`)
-	if err != nil || out != order7 {
-		t.Errorf("lookup_order(7) = %q, %v; want %s", out, err, order7)
+	if err != nil || out.Output != order7 {
+		t.Errorf("lookup_order(7) = %q, %v; want %s", out.Output, err, order7)
 	}
 	_, err = lookup.Call(context.Background(), agent.ToolContext{}, `{"order_id":"9"}`)
 	if e, ok := agent.IsExecutionError(err); !ok || e.Message != "no order 9" {
@@ -146,7 +146,8 @@ func TestRefundOrderRefundsOncePerIdempotencyKey(t *testing.T) {
 		t.Errorf("refund_order policy = %+v, want a non-idempotent write that waits for approval", refund.Policy)
 	}
 	call := func(key, args string) (string, error) {
-		return refund.Call(context.Background(), agent.ToolContext{IdempotencyKey: key}, args)
+		out, err := refund.Call(context.Background(), agent.ToolContext{IdempotencyKey: key}, args)
+		return out.Output, err
 	}
 	args := `{"order_id":"7","amount_cents":4200}`
 	first, err := call("s1/turn-1/c2", args)

@@ -121,7 +121,25 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.To
 			return session.MissingPollerOutcome(in.Call), nil
 		}
 	}
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	return checkResultImages(in.Call.Name, out)
+}
+
+// checkResultImages holds a tool result's images to what a session stores:
+// a succeeded result's, each a valid reference, at most
+// media.MaxImagesPerMessage. An invalid one fails the attempt, which
+// retries as the tool's effect allows; other outcomes keep no images.
+func checkResultImages(tool string, out session.ToolOutcome) (session.ToolOutcome, error) {
+	if out.Kind != session.ToolResultSucceeded {
+		out.Images = nil
+		return out, nil
+	}
+	if err := session.CheckImages(out.Images); err != nil {
+		return session.ToolOutcome{}, temporal.NewApplicationError(fmt.Sprintf("the result of %s: %v", tool, err), invalidImageType)
+	}
+	return out, nil
 }
 
 // execution is what a runner gets for one tool Step attempt. The attempt is
@@ -155,7 +173,11 @@ func (a *Activities) PollToolTask(ctx context.Context, in ToolStepInput) (sessio
 	}
 	exec, stop := a.execution(ctx, in)
 	defer stop()
-	return poller.PollToolTask(ctx, exec)
+	out, err := poller.PollToolTask(ctx, exec)
+	if err != nil {
+		return out, err
+	}
+	return checkResultImages(in.Call.Name, out)
 }
 
 // CancelToolTask asks the runner to cancel an abandoned task, best effort.

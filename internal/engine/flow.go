@@ -33,6 +33,9 @@ type Flow struct {
 	Timings Timings
 	// PlanMode lets messages ask for a planning turn.
 	PlanMode bool
+	// ImageStoreURI is the location of the agent's media store; empty
+	// refuses messages with images.
+	ImageStoreURI string
 	// HistoryBudget is when a session continues in a new run of its
 	// workflow, if Temporal has not suggested it first; zero uses
 	// DefaultHistoryBudget.
@@ -117,6 +120,7 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 		r.input.Carried = nil
 	}
 	r.s.PlanModeEnabled = f.PlanMode
+	r.s.ImageStoreURI = f.ImageStoreURI
 	if r.events == nil {
 		r.events = discardEvents{}
 	}

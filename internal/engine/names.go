@@ -105,6 +105,10 @@ type ToolCallControlRequest struct {
 // started, so its failure is recorded as "did not run".
 const toolNotStartedType = "stepwise.ToolNotStarted"
 
+// invalidImageType marks a tool Step attempt whose result carried an image
+// reference a session cannot store.
+const invalidImageType = "stepwise.InvalidImage"
+
 // SettingsRequest is update_session_settings' input: the settings that
 // replace the stored ones, a JSON object.
 type SettingsRequest struct {

@@ -30,6 +30,9 @@ type WorkerOptions struct {
 	Timings Timings
 	// PlanMode lets messages ask for a planning turn.
 	PlanMode bool
+	// ImageStoreURI is the location of the agent's media store; empty
+	// refuses messages with images.
+	ImageStoreURI string
 	// HistoryBudget is when a session continues as new; zero uses
 	// DefaultHistoryBudget.
 	HistoryBudget HistoryBudget
@@ -79,7 +82,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 		register.VersioningBehavior = workflow.VersioningBehaviorPinned
 	}
 	w := worker.New(c, o.TaskQueue, opts)
-	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, HistoryBudget: o.HistoryBudget}
+	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, ImageStoreURI: o.ImageStoreURI, HistoryBudget: o.HistoryBudget}
 	w.RegisterWorkflowWithOptions(flow.Run, register)
 	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
 	acts.Register(w)

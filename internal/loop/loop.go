@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/stepwise-run/stepwise/internal/contract"
+	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -18,6 +19,8 @@ import (
 // Runner runs an agent definition.
 type Runner struct {
 	def agent.Definition
+	// store keeps the sessions' images; nil when the agent has none.
+	store media.Store
 }
 
 var (
@@ -28,12 +31,16 @@ var (
 
 // New returns a runner for a definition, refusing one the session cannot
 // run.
-func New(def agent.Definition) (*Runner, error) {
+func New(def agent.Definition, opts ...Option) (*Runner, error) {
 	def = def.WithDefaults()
 	if err := def.Validate(); err != nil {
 		return nil, fmt.Errorf("agent %s: %w", def.Name, err)
 	}
-	return &Runner{def: def}, nil
+	r := &Runner{def: def}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r, nil
 }
 
 // runState continues a turn after its tool calls, or after a continued
@@ -211,7 +218,9 @@ func (r *Runner) SummarizeContext(ctx context.Context, turn session.TurnContext)
 			req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: session.SummaryOmissionNote(omitted)})
 		}
 		for _, g := range groups {
-			req.Input = append(req.Input, modelMessages(g)...)
+			// The summary call reads the text of the summarized items,
+			// without their images.
+			req.Input = append(req.Input, withoutImages(modelMessages(g))...)
 		}
 		req.Input = append(req.Input, agent.Message{Role: agent.RoleUser, Text: "Summarize the conversation above."})
 		return req
@@ -302,6 +311,9 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		req.Instructions = instructions
 	}
 	req.TurnID, req.ModelCall = turn.TurnID, turn.ModelCalls+1
+	if req, err = r.withImageBytes(ctx, req); err != nil {
+		return session.ModelOutcome{}, err
+	}
 	resp, err := model.Client.CallModel(ctx, req, deltaWriter{turn.Events})
 	if err != nil {
 		return session.ModelOutcome{}, err
@@ -429,21 +441,21 @@ func (r *Runner) ExecuteToolCall(ctx context.Context, call session.ToolExecution
 	if !ok {
 		return session.ToolOutcome{Kind: session.ToolResultFailed, Error: "unknown tool " + call.Call.Name}, nil
 	}
-	output, err := tool.Call(ctx, toolContext(call), call.Call.Arguments)
-	return callOutcome(call, output, err, tool.Poller != nil)
+	output, err := tool.Call(ctx, r.toolContext(call), call.Call.Arguments)
+	return r.callOutcome(call, output, err, tool.Poller != nil)
 }
 
 // callOutcome maps what a tool call returned onto a tool outcome: a task a
 // tool started needs a poller, or the call records the missing-poller
 // outcome.
-func callOutcome(call session.ToolExecution, output string, err error, polled bool) (session.ToolOutcome, error) {
+func (r *Runner) callOutcome(call session.ToolExecution, output agent.ToolOutput, err error, polled bool) (session.ToolOutcome, error) {
 	if task, started := agent.IsTaskStarted(err); started {
 		if !polled {
 			return session.MissingPollerOutcome(call.Call), nil
 		}
 		return session.ToolOutcome{Kind: session.ToolResultTaskStarted, TaskID: task.TaskID, PollInterval: task.PollInterval}, nil
 	}
-	return toolOutcome(output, err)
+	return r.toolOutcome(output, err)
 }
 
 // PollToolTask polls a tool's task once.
@@ -455,15 +467,16 @@ func (r *Runner) PollToolTask(ctx context.Context, call session.ToolExecution) (
 	if !ok || tool.Poller == nil {
 		return session.ToolOutcome{}, errors.New(contract.MissingTaskPollerText(call.Call.Name))
 	}
-	return pollOutcome(tool.Poller.PollTask(ctx, taskPoll(call)))
+	output, err := tool.Poller.PollTask(ctx, r.taskPoll(call))
+	return r.pollOutcome(agent.ToolOutput{Output: output}, err)
 }
 
 // pollOutcome maps what a task poll returned onto a tool outcome.
-func pollOutcome(output string, err error) (session.ToolOutcome, error) {
+func (r *Runner) pollOutcome(output agent.ToolOutput, err error) (session.ToolOutcome, error) {
 	if pending, ok := agent.IsTaskPending(err); ok {
 		return session.ToolOutcome{Kind: session.ToolResultTaskPending, PollInterval: pending.PollInterval, Continuation: pending.Continuation}, nil
 	}
-	return toolOutcome(output, err)
+	return r.toolOutcome(output, err)
 }
 
 // CancelToolTask asks a tool to cancel its abandoned task.
@@ -475,10 +488,10 @@ func (r *Runner) CancelToolTask(ctx context.Context, call session.ToolExecution)
 	if !ok || tool.Poller == nil {
 		return nil
 	}
-	return tool.Poller.CancelTask(ctx, taskPoll(call))
+	return tool.Poller.CancelTask(ctx, r.taskPoll(call))
 }
 
-func toolContext(call session.ToolExecution) agent.ToolContext {
+func (r *Runner) toolContext(call session.ToolExecution) agent.ToolContext {
 	heartbeat, save := call.Heartbeat, call.SaveCheckpoint
 	if heartbeat == nil {
 		heartbeat = func() {}
@@ -486,24 +499,36 @@ func toolContext(call session.ToolExecution) agent.ToolContext {
 	if save == nil {
 		save = func(string) {}
 	}
-	return agent.ToolContext{
+	tc := agent.ToolContext{
 		SessionID: call.SessionID, TurnID: call.TurnID, ToolCallID: call.Call.ID,
 		IdempotencyKey: call.IdempotencyKey, Attempt: call.Attempt, Effect: call.Call.Effect,
 		Heartbeat: heartbeat, Events: toolEvents{w: call.Events, turnID: call.TurnID},
 		Answers: call.Call.InputAnswers, Continuation: call.Call.InputContinuation,
 		Checkpoint: call.Checkpoint, SaveCheckpoint: save,
 	}
+	if r.store != nil {
+		tc.MediaStore = toolMediaStore{r.store}
+	}
+	return tc
 }
 
-func taskPoll(call session.ToolExecution) agent.TaskPoll {
-	return agent.TaskPoll{ToolContext: toolContext(call), TaskID: call.Call.TaskID, PendingAnswer: call.Call.TaskAnswer}
+func (r *Runner) taskPoll(call session.ToolExecution) agent.TaskPoll {
+	return agent.TaskPoll{ToolContext: r.toolContext(call), TaskID: call.Call.TaskID, PendingAnswer: call.Call.TaskAnswer}
 }
 
 // toolOutcome maps what a tool or a poll returned onto a tool outcome; an
-// error the session does not know fails the attempt.
-func toolOutcome(output string, err error) (session.ToolOutcome, error) {
+// error the session does not know fails the attempt, as does an image
+// reference of a result that is not a valid one of the store.
+func (r *Runner) toolOutcome(output agent.ToolOutput, err error) (session.ToolOutcome, error) {
 	if err == nil {
-		return session.ToolOutcome{Kind: session.ToolResultSucceeded, Output: output}, nil
+		if len(output.Images) > 0 && r.store == nil {
+			return session.ToolOutcome{Kind: session.ToolResultFailed, Error: noImagesText}, nil
+		}
+		images, err := r.resultImages(output)
+		if err != nil {
+			return session.ToolOutcome{}, err
+		}
+		return session.ToolOutcome{Kind: session.ToolResultSucceeded, Output: output.Output, Images: images}, nil
 	}
 	var input *agent.InputRequest
 	if errors.As(err, &input) {

@@ -25,6 +25,9 @@ func modelMessage(m session.Message) agent.Message {
 		Sequence: m.Sequence, TurnID: m.TurnID, Role: agent.Role(m.Role), Text: m.Text,
 		ToolCallID: m.ToolCallID, ToolName: m.ToolName,
 	}
+	for _, img := range m.Images {
+		out.Images = append(out.Images, agent.ImageReference(img))
+	}
 	if m.ToolCalls != nil {
 		out.ToolCalls = make([]agent.ToolCall, 0, len(m.ToolCalls))
 		for _, c := range m.ToolCalls {
@@ -60,6 +63,9 @@ func storedMessage(m agent.Message) session.Message {
 	out := session.Message{
 		Sequence: m.Sequence, TurnID: m.TurnID, Role: session.Role(m.Role), Text: m.Text,
 		ToolCallID: m.ToolCallID, ToolName: m.ToolName,
+	}
+	for _, img := range m.Images {
+		out.Images = append(out.Images, session.ImageReference(img))
 	}
 	if m.ToolCalls != nil {
 		out.ToolCalls = make([]session.ToolCall, 0, len(m.ToolCalls))

@@ -162,9 +162,9 @@ func (r *Runner) callSource(ctx context.Context, call session.ToolExecution) (se
 	if err != nil {
 		return session.ToolOutcome{}, err
 	}
-	output, err := src.CallTool(ctx, toolContext(call), sc)
+	output, err := src.CallTool(ctx, r.toolContext(call), sc)
 	_, polled := src.(agent.SourceTaskPoller)
-	return callOutcome(call, output, err, polled)
+	return r.callOutcome(call, output, err, polled)
 }
 
 // pollSource polls a listed tool's task through its source.
@@ -177,7 +177,7 @@ func (r *Runner) pollSource(ctx context.Context, call session.ToolExecution) (se
 	if !ok {
 		return session.ToolOutcome{}, errors.New(contract.MissingTaskPollerText(call.Call.Name))
 	}
-	return pollOutcome(poller.PollSourceTask(ctx, taskPoll(call), sc))
+	return r.pollOutcome(poller.PollSourceTask(ctx, r.taskPoll(call), sc))
 }
 
 // cancelSource asks a listed tool's source to cancel its abandoned task.
@@ -187,7 +187,7 @@ func (r *Runner) cancelSource(ctx context.Context, call session.ToolExecution) e
 		return err
 	}
 	if poller, ok := src.(agent.SourceTaskPoller); ok {
-		return poller.CancelSourceTask(ctx, taskPoll(call), sc)
+		return poller.CancelSourceTask(ctx, r.taskPoll(call), sc)
 	}
 	return nil
 }

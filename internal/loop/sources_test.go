@@ -45,11 +45,11 @@ func (f *fakeSource) ListTools(ctx context.Context, policies agent.SourcePolicie
 	return f.tools, f.err
 }
 
-func (f *fakeSource) CallTool(_ context.Context, call agent.ToolContext, tool agent.SourceCall) (string, error) {
+func (f *fakeSource) CallTool(_ context.Context, call agent.ToolContext, tool agent.SourceCall) (agent.ToolOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, tool)
-	return f.name + " ran " + tool.Name + " with " + tool.Arguments + " key " + call.IdempotencyKey, nil
+	return agent.ToolOutput{Output: f.name + " ran " + tool.Name + " with " + tool.Arguments + " key " + call.IdempotencyKey}, nil
 }
 
 func listedTool(name string, effect agent.Effect, ordered bool) agent.SourceTool {
@@ -207,8 +207,8 @@ func (d deafSource) ListTools(context.Context, agent.SourcePolicies) ([]agent.So
 	return []agent.SourceTool{listedTool("deaf__x", agent.EffectRead, false)}, nil
 }
 
-func (d deafSource) CallTool(context.Context, agent.ToolContext, agent.SourceCall) (string, error) {
-	return "", nil
+func (d deafSource) CallTool(context.Context, agent.ToolContext, agent.SourceCall) (agent.ToolOutput, error) {
+	return agent.ToolOutput{}, nil
 }
 
 func TestASourceThatIgnoresItsContextCannotHoldTheModelCall(t *testing.T) {

@@ -33,6 +33,9 @@ const (
 	// FeatureOrderedWrites: writes of one model response that run one after
 	// another, each after the one before it succeeded.
 	FeatureOrderedWrites Feature = "orderedWrites"
+	// FeatureImages: send_user_message with images, and tool results with
+	// images, shown to the model from the agent's media store.
+	FeatureImages Feature = "images"
 )
 
 // Release is one engine version's row of the rules.
@@ -103,6 +106,17 @@ var Releases = []Release{
 			"started it and, between turns, continues as new on the current version, woken by the move signal " +
 			"when idle. Without versioning its histories are 0.4.0's, so the two run beside each other.",
 		FlowGraphDigest: "sha256:ff1e079fb460c7330e424ab55e56969c7f15b90923c079628b442929efaf729f",
+	},
+	{
+		EngineVersion:     "0.6.0",
+		RunsBeside:        []string{"0.4.0", "0.5.0"},
+		Adds:              []Feature{FeatureImages},
+		MovesBetweenTurns: true,
+		Changes: "User messages and tool results carry image references, which the model sees with the bytes " +
+			"read from the agent's media store. The Steps and commands are 0.5.0's, so the two run beside each " +
+			"other, but a 0.5.0 worker drops the references of a session it takes: images wait until every " +
+			"worker runs 0.6.0.",
+		FlowGraphDigest: "sha256:f0a57a7b5de79ffcee1afd3287edab84582ef8c9efbc17a3786df53a7d1d0e99",
 	},
 }
 

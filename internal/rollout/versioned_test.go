@@ -29,7 +29,19 @@ func current(buildID string, versions ...EngineVersion) *Engine {
 	return &Engine{Current: buildID, Versions: versions}
 }
 
+// withFutureRelease adds a release after the current one whose workers
+// move sessions between turns but run beside no earlier version, for the
+// cases only an incompatible later version shows.
+func withFutureRelease(t *testing.T) string {
+	t.Helper()
+	saved := Releases
+	Releases = append(slices.Clone(Releases), Release{EngineVersion: "9.0.0", MovesBetweenTurns: true, Changes: "a later, incompatible version"})
+	t.Cleanup(func() { Releases = saved })
+	return "9.0.0"
+}
+
 func TestMayHandOver(t *testing.T) {
+	future := withFutureRelease(t)
 	for _, c := range []struct {
 		old          Worker
 		oldVersioned bool
@@ -39,9 +51,10 @@ func TestMayHandOver(t *testing.T) {
 		{w040, false, want050, true},  // 0.5.0 runs beside 0.4.0
 		{w030, false, want050, false}, // it does not beside 0.3.0
 		{w050, true, Desired{Worker: w050b, Versioned: true}, true},
-		{Worker{EngineVersion: "0.6.0"}, true, want050, false}, // never back to older code by a move
-		{w050, true, Desired{Worker: Worker{EngineVersion: "0.6.0"}, Versioned: true}, true},
-		{w050, false, Desired{Worker: Worker{EngineVersion: "0.6.0"}, Versioned: true}, false}, // unversioned sessions move mid-turn
+		{Worker{EngineVersion: "0.6.0"}, true, want050, true}, // 0.6.0 runs beside 0.5.0
+		{Worker{EngineVersion: future}, true, want050, false}, // never back to older code by a move
+		{w050, true, Desired{Worker: Worker{EngineVersion: future}, Versioned: true}, true},
+		{w050, false, Desired{Worker: Worker{EngineVersion: future}, Versioned: true}, false}, // unversioned sessions move mid-turn
 		{w050, true, Desired{Worker: w030}, false},
 		{w050, true, Desired{Worker: w040}, true},
 	} {

@@ -1,8 +1,6 @@
 package session
 
 import (
-	"fmt"
-
 	"github.com/stepwise-run/stepwise/internal/media"
 )
 
@@ -77,14 +75,6 @@ func imageBytes(refs []ImageReference) int {
 		n += len(r.URI) + len(r.MIMEType) + len(r.SHA256) + 48
 	}
 	return n
-}
-
-// imageCountText names a number of images for people.
-func imageCountText(n int) string {
-	if n == 1 {
-		return "1 image"
-	}
-	return fmt.Sprintf("%d images", n)
 }
 
 // resultImages are the images the model sees with a call's result: a

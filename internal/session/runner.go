@@ -172,7 +172,7 @@ type ToolOutcome struct {
 	Output string          `json:"output,omitempty"`
 	// Images are a succeeded result's images, already in the media store.
 	Images []ImageReference `json:"images,omitempty"`
-	Error  string          `json:"error,omitempty"`
+	Error  string           `json:"error,omitempty"`
 	// Question and Continuation are an input request's; Continuation is
 	// also a pending task's, for its next poll.
 	Question     *Question `json:"question,omitempty"`

@@ -33,6 +33,9 @@ type Message struct {
 	// Output holds an assistant message's output items as the provider sent
 	// them.
 	Output []OutputItem `json:"output,omitempty"`
+	// Images are a user message's images, or a tool result's; their bytes
+	// are in the request's Images.
+	Images []ImageReference `json:"images,omitempty"`
 }
 
 // ToolCall is one tool call a model requested.

@@ -61,6 +61,10 @@ type ModelRequest struct {
 	// outside a turn.
 	TurnID    string `json:"turnId,omitempty"`
 	ModelCall int    `json:"modelCall,omitempty"`
+	// Images are the bytes of every image the Input references, by
+	// SHA-256, read from the media store right before the call; read them
+	// with ImageBytes.
+	Images map[string][]byte `json:"-"`
 }
 
 // ModelSettings tune a model call.

@@ -23,14 +23,14 @@ type ToolSource interface {
 	// Tool's: ToolExecutionError records failed, ToolOutcomeUnknownError
 	// outcome_unknown, StartTask a tool task, and any other error is a
 	// Step failure that the call's effect class decides.
-	CallTool(ctx context.Context, call ToolContext, tool SourceCall) (string, error)
+	CallTool(ctx context.Context, call ToolContext, tool SourceCall) (ToolOutput, error)
 }
 
 // SourceTaskPoller is a tool source whose calls start tasks the session
 // polls: the polls and cancellations of those calls reach it with the
 // call's reference.
 type SourceTaskPoller interface {
-	PollSourceTask(ctx context.Context, poll TaskPoll, tool SourceCall) (string, error)
+	PollSourceTask(ctx context.Context, poll TaskPoll, tool SourceCall) (ToolOutput, error)
 	CancelSourceTask(ctx context.Context, poll TaskPoll, tool SourceCall) error
 }
 

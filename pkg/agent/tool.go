@@ -32,7 +32,7 @@ type Tool struct {
 
 	schema  *jsonschema.Resolved
 	prepare func(json.RawMessage) (json.RawMessage, error)
-	run     func(ctx context.Context, call ToolContext, args json.RawMessage) (string, error)
+	run     func(ctx context.Context, call ToolContext, args json.RawMessage) (ToolOutput, error)
 }
 
 // ToolOption changes a tool that NewTool builds.
@@ -79,7 +79,8 @@ var toolNamePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // Args (a struct: fields without omitempty are required, a jsonschema tag
 // describes a field) unless WithSchema gives one. The arguments are checked
 // against it before fn runs, so fn sees only valid arguments. A string result
-// is the output as is; any other result is sent to the model as JSON.
+// is the output as is, a ToolOutput is the output with its images, and any
+// other result is sent to the model as JSON.
 func NewTool[Args, Result any](name, description string, effect Effect,
 	fn func(ctx context.Context, call ToolContext, args Args) (Result, error), opts ...ToolOption) (Tool, error) {
 	if !toolNamePattern.MatchString(name) {
@@ -112,14 +113,14 @@ func NewTool[Args, Result any](name, description string, effect Effect,
 	if err != nil {
 		return Tool{}, fmt.Errorf("tool %s: encoding the argument schema: %w", name, err)
 	}
-	run := func(ctx context.Context, call ToolContext, raw json.RawMessage) (string, error) {
+	run := func(ctx context.Context, call ToolContext, raw json.RawMessage) (ToolOutput, error) {
 		var args Args
 		if err := json.Unmarshal(raw, &args); err != nil {
-			return "", &ToolExecutionError{Message: fmt.Sprintf("invalid arguments for %s: %v", name, err)}
+			return ToolOutput{}, &ToolExecutionError{Message: fmt.Sprintf("invalid arguments for %s: %v", name, err)}
 		}
 		result, err := fn(ctx, call, args)
 		if err != nil {
-			return "", err
+			return ToolOutput{}, err
 		}
 		return encodeResult(result)
 	}
@@ -141,17 +142,24 @@ func MustTool[Args, Result any](name, description string, effect Effect,
 	return t
 }
 
-func encodeResult(result any) (string, error) {
-	if s, ok := result.(string); ok {
-		return s, nil
+func encodeResult(result any) (ToolOutput, error) {
+	switch r := result.(type) {
+	case string:
+		return ToolOutput{Output: r}, nil
+	case ToolOutput:
+		return r, nil
+	case *ToolOutput:
+		if r != nil {
+			return *r, nil
+		}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(result); err != nil {
-		return "", fmt.Errorf("encoding the tool result: %w", err)
+		return ToolOutput{}, fmt.Errorf("encoding the tool result: %w", err)
 	}
-	return string(bytes.TrimRight(buf.Bytes(), "\n")), nil
+	return ToolOutput{Output: string(bytes.TrimRight(buf.Bytes(), "\n"))}, nil
 }
 
 // Definition returns the tool as offered to a model.
@@ -162,10 +170,10 @@ func (t Tool) Definition() ToolDefinition {
 // Call checks the arguments against the schema and runs the tool once.
 // Arguments that are not JSON or break the schema fail with a
 // ToolExecutionError that the model sees.
-func (t Tool) Call(ctx context.Context, call ToolContext, arguments string) (string, error) {
+func (t Tool) Call(ctx context.Context, call ToolContext, arguments string) (ToolOutput, error) {
 	args, err := t.CheckArguments(arguments)
 	if err != nil {
-		return "", err
+		return ToolOutput{}, err
 	}
 	return t.run(ctx, call, args)
 }
@@ -237,6 +245,9 @@ type ToolContext struct {
 	SaveCheckpoint func(text string)
 	// Events writes session events for this call.
 	Events EventWriter
+	// MediaStore keeps the images the tool returns in a ToolOutput; nil
+	// when the agent has no media store.
+	MediaStore MediaStore
 }
 
 // InputRequest asks the user a question before the tool takes any effect.

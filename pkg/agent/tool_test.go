@@ -200,8 +200,8 @@ func TestNewToolWithSchemaUsesTheGivenSchema(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Parameters = %s, want the given schema %s", tool.Parameters, schema)
 	}
-	if out, err := tool.Call(context.Background(), agent.ToolContext{}, `{"n":3}`); err != nil || out != "3" {
-		t.Errorf("Call(n=3) = %q, %v", out, err)
+	if out, err := tool.Call(context.Background(), agent.ToolContext{}, `{"n":3}`); err != nil || out.Output != "3" {
+		t.Errorf("Call(n=3) = %q, %v", out.Output, err)
 	}
 	_, err = tool.Call(context.Background(), agent.ToolContext{}, `{"n":0}`)
 	if e, ok := agent.IsExecutionError(err); !ok || !strings.HasPrefix(e.Message, "invalid arguments for count: ") {
@@ -288,8 +288,8 @@ func TestToolCallChecksArguments(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := tool.Call(context.Background(), agent.ToolContext{}, c.arguments)
 			if c.wantErr == "" {
-				if err != nil || out != c.wantOutput {
-					t.Errorf("Call = %q, %v; want %q", out, err, c.wantOutput)
+				if err != nil || out.Output != c.wantOutput {
+					t.Errorf("Call = %q, %v; want %q", out.Output, err, c.wantOutput)
 				}
 				return
 			}
@@ -304,8 +304,8 @@ func TestToolCallChecksArguments(t *testing.T) {
 			} else if e.Message != c.wantErr {
 				t.Errorf("error = %q, want %q", e.Message, c.wantErr)
 			}
-			if out != "" {
-				t.Errorf("output %q returned with an error", out)
+			if out.Output != "" || out.Images != nil {
+				t.Errorf("output %+v returned with an error", out)
 			}
 		})
 	}
@@ -371,8 +371,8 @@ func TestToolResultEncoding(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.tool.Name, func(t *testing.T) {
 			got, err := c.tool.Call(ctx, agent.ToolContext{}, `{}`)
-			if err != nil || got != c.want {
-				t.Errorf("Call = %q, %v; want %q", got, err, c.want)
+			if err != nil || got.Output != c.want {
+				t.Errorf("Call = %q, %v; want %q", got.Output, err, c.want)
 			}
 		})
 	}
@@ -401,8 +401,8 @@ func TestToolErrorsPropagate(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, got := tool.Call(context.Background(), agent.ToolContext{}, `{}`)
-			if out != "" {
-				t.Errorf("output %q returned with an error", out)
+			if out.Output != "" || out.Images != nil {
+				t.Errorf("output %+v returned with an error", out)
 			}
 			if !errors.Is(got, c.err) {
 				t.Errorf("Call error = %v, want %v", got, c.err)
@@ -483,11 +483,11 @@ func TestPrepareArgumentsConvertsAnOldShapeBeforeTheSchemaCheck(t *testing.T) {
 			return raw, nil
 		}))
 	out, err := tool.Call(context.Background(), agent.ToolContext{}, `{"id":"7"}`)
-	if err != nil || out != "order 7" {
-		t.Errorf("Call with the old shape = %q, %v", out, err)
+	if err != nil || out.Output != "order 7" {
+		t.Errorf("Call with the old shape = %q, %v", out.Output, err)
 	}
-	if out, err := tool.Call(context.Background(), agent.ToolContext{}, `{"order_id":"8"}`); err != nil || out != "order 8" {
-		t.Errorf("Call with the current shape = %q, %v", out, err)
+	if out, err := tool.Call(context.Background(), agent.ToolContext{}, `{"order_id":"8"}`); err != nil || out.Output != "order 8" {
+		t.Errorf("Call with the current shape = %q, %v", out.Output, err)
 	}
 	_, err = tool.Call(context.Background(), agent.ToolContext{}, `{"bad":1}`)
 	if e, ok := agent.IsExecutionError(err); !ok || e.Message != "invalid arguments for lookup: bad is no longer taken" {

@@ -129,12 +129,25 @@ func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...Sen
 	for _, opt := range opts {
 		opt.applyToSend(&o)
 	}
+	req := engine.SendRequest{Text: text, PlanMode: o.planMode}
+	if len(o.images) > 0 {
+		req.Images = make([]session.ImageReference, len(o.images))
+		for i, img := range o.images {
+			req.Images[i] = session.ImageReference(img)
+		}
+		if err := session.CheckImages(req.Images); err != nil {
+			return false, fmt.Errorf("%w: %w", ErrInvalidImage, err)
+		}
+		if err := s.requireFeature(ctx, engine.UpdateSendUserMessage, rollout.FeatureImages); err != nil {
+			return false, err
+		}
+	}
 	if o.planMode {
 		if err := s.requireFeature(ctx, engine.UpdateSendUserMessage, rollout.FeaturePlans); err != nil {
 			return false, err
 		}
 	}
-	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, engine.SendRequest{Text: text, PlanMode: o.planMode}, o.requestOptions)
+	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, req, o.requestOptions)
 }
 
 // ExecutePlan approves a plan revision: the session starts a turn that

@@ -25,6 +25,8 @@ const (
 	FeatureSteering = string(rollout.FeatureSteering)
 	// FeaturePlans: ExecutePlan, and Send InPlanMode.
 	FeaturePlans = string(rollout.FeaturePlans)
+	// FeatureImages: Send WithImages.
+	FeatureImages = string(rollout.FeatureImages)
 )
 
 // ErrFeatureNotInEffect matches a *FeatureError with errors.Is.

@@ -42,6 +42,7 @@ type startOptions struct {
 type sendOptions struct {
 	requestOptions
 	planMode bool
+	images   []ImageReference
 }
 
 // RequestIDOption names a request; see WithRequestID.
@@ -88,6 +89,19 @@ func WithoutStepSearch() StartOption {
 // ExecutePlan. The Agent must enable plan mode.
 func InPlanMode() SendOption {
 	return sendOptionFunc(func(o *sendOptions) { o.planMode = true })
+}
+
+// ErrInvalidImage refuses a Send whose image references could never be
+// stored: more than 20, or one that is not a well-formed reference. Nothing
+// was sent.
+var ErrInvalidImage = errors.New("invalid image reference")
+
+// WithImages sends images with the message: references to images already
+// in the Agent's media store, at most 20. Send checks each reference before
+// it sends, and the session refuses images when its Agent has no media
+// store or a reference is not in it.
+func WithImages(images ...ImageReference) SendOption {
+	return sendOptionFunc(func(o *sendOptions) { o.images = append(o.images, images...) })
 }
 
 // resolveRequestID returns the caller's request ID, else a random one.

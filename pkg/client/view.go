@@ -98,6 +98,24 @@ type Message struct {
 	// ToolCallID and ToolName name the call a tool message answers.
 	ToolCallID string `json:"toolCallId,omitempty"`
 	ToolName   string `json:"toolName,omitempty"`
+	// Images are a user message's images, or a tool result's.
+	Images []ImageReference `json:"images,omitempty"`
+}
+
+// ImageReference is an image as sessions store it: where its bytes are in
+// the agent's media store and what they must be. Sessions never hold image
+// bytes; a UI reads them from the store.
+type ImageReference struct {
+	// Type is always "image".
+	Type string `json:"type"`
+	// URI is <store URI>/sha256/<SHA256>.
+	URI string `json:"uri"`
+	// MIMEType is image/png, image/jpeg, image/gif or image/webp.
+	MIMEType string `json:"mimeType"`
+	// SHA256 is the lowercase hex SHA-256 of the bytes.
+	SHA256 string `json:"sha256"`
+	// SizeBytes is the number of bytes.
+	SizeBytes int64 `json:"sizeBytes"`
 }
 
 // Role says who a message comes from.
@@ -170,8 +188,9 @@ type ToolCall struct {
 	// ask_user, durable_wait or write_todos.
 	BuiltIn string         `json:"builtIn,omitempty"`
 	Status  ToolCallStatus `json:"status"`
-	// Output is the result of a succeeded call.
-	Output string `json:"output,omitempty"`
+	// Output is the result of a succeeded call, and Images its images.
+	Output string           `json:"output,omitempty"`
+	Images []ImageReference `json:"images,omitempty"`
 	// Error says why a call failed or why its outcome is unknown.
 	Error              string `json:"error,omitempty"`
 	RejectionMessage   string `json:"rejectionMessage,omitempty"`
@@ -241,6 +260,8 @@ type Usage struct {
 type QueuedMessage struct {
 	ID   string `json:"id"`
 	Text string `json:"text"`
+	// Images are the message's images.
+	Images []ImageReference `json:"images,omitempty"`
 	// PlanMode asks for a planning turn.
 	PlanMode bool `json:"planMode,omitempty"`
 }
@@ -355,6 +376,7 @@ func toolCallView(r session.ToolCallRecord) ToolCall {
 		RequiresApproval: r.RequiresApproval, BuiltIn: string(r.BuiltIn), Status: ToolCallStatus(r.Status),
 		Output: r.Output, Error: r.Error, RejectionMessage: r.RejectionMessage, CancellationReason: r.CancellationReason,
 		WaitUntil: copyTime(r.WaitUntil), WaitReason: r.WaitReason, Question: questionView(r.Question), TaskID: r.TaskID,
+		Images: imagesView(r.Images),
 	}
 	for _, a := range r.InputAnswers {
 		out.Answers = append(out.Answers, QuestionAnswer{QuestionID: a.QuestionID, Question: a.Question, Resolution: string(a.Resolution), Answer: a.Answer})
@@ -372,7 +394,7 @@ func questionView(q *session.Question) *Question {
 func queuedView(in []session.UserMessage) []QueuedMessage {
 	out := make([]QueuedMessage, 0, len(in))
 	for _, m := range in {
-		out = append(out, QueuedMessage{ID: m.ID, Text: m.Text, PlanMode: m.PlanMode})
+		out = append(out, QueuedMessage{ID: m.ID, Text: m.Text, PlanMode: m.PlanMode, Images: imagesView(m.Images)})
 	}
 	return out
 }
@@ -383,7 +405,8 @@ func queuedView(in []session.UserMessage) []QueuedMessage {
 func messagesView(in []session.Message) []Message {
 	out := make([]Message, 0, len(in))
 	for _, m := range in {
-		v := Message{Sequence: m.Sequence, TurnID: m.TurnID, Role: Role(m.Role), Text: m.Text, ToolCallID: m.ToolCallID, ToolName: m.ToolName}
+		v := Message{Sequence: m.Sequence, TurnID: m.TurnID, Role: Role(m.Role), Text: m.Text, ToolCallID: m.ToolCallID, ToolName: m.ToolName,
+			Images: imagesView(m.Images)}
 		var reasoning []string
 		for _, item := range m.Output {
 			if item.Type == session.OutputReasoning && item.Text != "" {
@@ -405,6 +428,17 @@ func messagesPageView(p session.MessagesPage) MessagesPage {
 		Messages: messagesView(p.Messages), FirstSequence: p.FirstSequence,
 		NextBeforeSequence: p.NextBeforeSequence, DeletedBeforeSequence: p.DeletedBeforeSequence,
 	}
+}
+
+func imagesView(in []session.ImageReference) []ImageReference {
+	if in == nil {
+		return nil
+	}
+	out := make([]ImageReference, len(in))
+	for i, r := range in {
+		out[i] = ImageReference(r)
+	}
+	return out
 }
 
 func copyTime(t *time.Time) *time.Time {

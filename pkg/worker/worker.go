@@ -40,6 +40,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/events"
 	"github.com/stepwise-run/stepwise/internal/loop"
+	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
 	"github.com/stepwise-run/stepwise/internal/model/messages"
 	"github.com/stepwise-run/stepwise/internal/model/responses"
@@ -117,6 +118,14 @@ func main(opts Options) int {
 // Definition builds the agent definition from the configuration and the
 // image's own tools.
 func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error) {
+	store, err := mediaStore(context.Background(), cfg.MediaStore)
+	if err != nil {
+		return agent.Definition{}, err
+	}
+	return definition(cfg, opts, store)
+}
+
+func definition(cfg workerconfig.Config, opts Options, store media.Store) (agent.Definition, error) {
 	d := cfg.Definition
 	def := agent.Definition{
 		Name: d.Name, Instructions: d.Instructions, Tools: opts.Tools,
@@ -163,7 +172,7 @@ func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error)
 		}
 	}
 	for i, ts := range cfg.ToolSources {
-		src, err := toolSource(ts)
+		src, err := toolSource(ts, store)
 		if err != nil {
 			return agent.Definition{}, fmt.Errorf("toolSources[%d] (%s): %w", i, ts.SourceName, err)
 		}
@@ -285,11 +294,21 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	if logger == nil {
 		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	def, err := Definition(cfg, opts)
+	store, err := mediaStore(ctx, cfg.MediaStore)
 	if err != nil {
 		return err
 	}
-	runner, err := loop.New(def)
+	def, err := definition(cfg, opts, store)
+	if err != nil {
+		return err
+	}
+	var loopOpts []loop.Option
+	imageStoreURI := ""
+	if store != nil {
+		loopOpts = append(loopOpts, loop.WithMediaStore(store))
+		imageStoreURI = store.StoreURI()
+	}
+	runner, err := loop.New(def, loopOpts...)
 	if err != nil {
 		return err
 	}
@@ -325,7 +344,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	w := engine.NewWorker(c, engine.WorkerOptions{
 		Version:  workerVersion,
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
-		Runner: runner, Events: ring, Timings: stepTimings, PlanMode: def.PlanModeEnabled,
+		Runner: runner, Events: ring, Timings: stepTimings, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
 			Identity: rollout.WorkerIdentity(os.Getpid(), host, version.EngineVersion)},
 	})
@@ -481,7 +500,7 @@ func clientTLS(t workerconfig.TLS) (*tls.Config, error) {
 // toolSource builds one ToolSource's MCP source: a single server named
 // after the source, so its tools are "<sourceName>__<tool>". Secret values
 // are read from the environment at each connection, never stored here.
-func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
+func toolSource(ts workerconfig.ToolSource, store media.Store) (agent.ToolSource, error) {
 	server := mcp.Server{
 		Name: ts.SourceName, TrustAnnotations: ts.TrustToolAnnotations,
 		ListingTTL: ts.ListingTTL.Duration, ConnectionTimeout: ts.ConnectionTimeout.Duration,
@@ -522,6 +541,7 @@ func toolSource(ts workerconfig.ToolSource) (agent.ToolSource, error) {
 	}
 	return mcp.NewSource(mcp.SourceOptions{
 		Name: ts.SourceName, Servers: []mcp.Server{server}, ResourceAndPromptTools: ts.ResourceAndPromptTools,
+		MediaStore: store,
 	})
 }
 

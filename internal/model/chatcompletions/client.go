@@ -152,12 +152,42 @@ func (c *Client) params(req agent.ModelRequest) (openai.ChatCompletionNewParams,
 	if req.Instructions != "" {
 		p.Messages = append(p.Messages, openai.SystemMessage(req.Instructions))
 	}
+	// Tool messages take text only: the images of a run of tool results
+	// follow its last one, one user message per result.
+	var pendingImages []agent.Message
+	flushImages := func() error {
+		for _, m := range pendingImages {
+			msg, err := userWithImages(req, model.ToolResultImagesText(m.ToolName, m.ToolCallID), m.Images)
+			if err != nil {
+				return err
+			}
+			p.Messages = append(p.Messages, msg)
+		}
+		pendingImages = nil
+		return nil
+	}
 	for _, m := range req.Input {
+		if m.Role != agent.RoleTool {
+			if err := flushImages(); err != nil {
+				return p, err
+			}
+		}
 		switch m.Role {
 		case agent.RoleUser:
-			p.Messages = append(p.Messages, openai.UserMessage(m.Text))
+			if len(m.Images) == 0 {
+				p.Messages = append(p.Messages, openai.UserMessage(m.Text))
+				continue
+			}
+			msg, err := userWithImages(req, m.Text, m.Images)
+			if err != nil {
+				return p, err
+			}
+			p.Messages = append(p.Messages, msg)
 		case agent.RoleTool:
 			p.Messages = append(p.Messages, openai.ToolMessage(m.Text, m.ToolCallID))
+			if len(m.Images) > 0 {
+				pendingImages = append(pendingImages, m)
+			}
 		case agent.RoleAssistant:
 			msg := openai.ChatCompletionAssistantMessageParam{}
 			if m.Text != "" {
@@ -173,6 +203,9 @@ func (c *Client) params(req agent.ModelRequest) (openai.ChatCompletionNewParams,
 			}
 			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &msg})
 		}
+	}
+	if err := flushImages(); err != nil {
+		return p, err
 	}
 	for _, t := range req.Tools {
 		var schema map[string]any
@@ -195,4 +228,20 @@ func (c *Client) params(req agent.ModelRequest) (openai.ChatCompletionNewParams,
 		p.ReasoningEffort = shared.ReasoningEffort(req.Settings.ReasoningEffort)
 	}
 	return p, nil
+}
+
+// userWithImages is a user message of a text part and one image_url part
+// per image, each a base64 data: URL.
+func userWithImages(req agent.ModelRequest, text string, images []agent.ImageReference) (openai.ChatCompletionMessageParamUnion, error) {
+	parts := []openai.ChatCompletionContentPartUnionParam{openai.TextContentPart(text)}
+	for _, img := range images {
+		data, err := req.ImageBytes(img)
+		if err != nil {
+			return openai.ChatCompletionMessageParamUnion{}, err
+		}
+		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
+			URL: model.ImageDataURL(img, data), Detail: "auto",
+		}))
+	}
+	return openai.UserMessage(parts), nil
 }

@@ -6,6 +6,7 @@ package messages
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -230,9 +231,26 @@ func (c *Client) params(req agent.ModelRequest) (anthropic.MessageNewParams, err
 	for _, m := range req.Input {
 		switch m.Role {
 		case agent.RoleUser:
-			p.Messages = append(p.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(m.Text)))
+			blocks := []anthropic.ContentBlockParamUnion{anthropic.NewTextBlock(m.Text)}
+			for _, img := range m.Images {
+				data, err := req.ImageBytes(img)
+				if err != nil {
+					return p, err
+				}
+				blocks = append(blocks, anthropic.NewImageBlockBase64(img.MIMEType, base64.StdEncoding.EncodeToString(data)))
+			}
+			p.Messages = append(p.Messages, anthropic.NewUserMessage(blocks...))
 		case agent.RoleTool:
 			result := anthropic.NewToolResultBlock(m.ToolCallID, m.Text, false)
+			for _, img := range m.Images {
+				// A tool result takes image blocks after its text.
+				data, err := req.ImageBytes(img)
+				if err != nil {
+					return p, err
+				}
+				block := anthropic.NewImageBlockBase64(img.MIMEType, base64.StdEncoding.EncodeToString(data))
+				result.OfToolResult.Content = append(result.OfToolResult.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: block.OfImage})
+			}
 			if n := len(p.Messages); n > 0 && isToolResults(p.Messages[n-1]) {
 				p.Messages[n-1].OfUser.Content = append(p.Messages[n-1].OfUser.Content, result)
 			} else {

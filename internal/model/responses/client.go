@@ -165,14 +165,41 @@ func (c *Client) params(req agent.ModelRequest) (responses.ResponseNewParams, er
 	}
 	var input responses.ResponseInputParam
 	for _, m := range req.Input {
-		switch m.Role {
-		case agent.RoleUser:
+		switch {
+		case m.Role == agent.RoleUser && len(m.Images) > 0:
+			content := responses.ResponseInputMessageContentListParam{responses.ResponseInputContentParamOfInputText(m.Text)}
+			for _, img := range m.Images {
+				data, err := req.ImageBytes(img)
+				if err != nil {
+					return p, err
+				}
+				part := responses.ResponseInputContentParamOfInputImage(responses.ResponseInputImageDetailAuto)
+				part.OfInputImage.ImageURL = openai.String(model.ImageDataURL(img, data))
+				content = append(content, part)
+			}
+			input = append(input, responses.ResponseInputItemParamOfMessage(content, responses.EasyInputMessageRoleUser))
+		case m.Role == agent.RoleUser:
 			input = append(input, responses.ResponseInputItemParamOfMessage(m.Text, responses.EasyInputMessageRoleUser))
-		case agent.RoleTool:
+		case m.Role == agent.RoleTool:
 			item := responses.ResponseInputItemParamOfFunctionCallOutput(m.Text)
 			item.OfFunctionCallOutput.CallID = openai.String(m.ToolCallID)
+			if len(m.Images) > 0 {
+				// A function call's output takes the text and each image
+				// as parts.
+				parts := responses.ResponseFunctionCallOutputItemListParam{responses.ResponseFunctionCallOutputItemParamOfInputText(m.Text)}
+				for _, img := range m.Images {
+					data, err := req.ImageBytes(img)
+					if err != nil {
+						return p, err
+					}
+					parts = append(parts, responses.ResponseFunctionCallOutputItemUnionParam{OfInputImage: &responses.ResponseInputImageContentParam{
+						ImageURL: openai.String(model.ImageDataURL(img, data)), Detail: responses.ResponseInputImageContentDetailAuto,
+					}})
+				}
+				item.OfFunctionCallOutput.Output = responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfResponseFunctionCallOutputItemArray: parts}
+			}
 			input = append(input, item)
-		case agent.RoleAssistant:
+		case m.Role == agent.RoleAssistant:
 			input = append(input, replay(m)...)
 		}
 	}

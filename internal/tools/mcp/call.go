@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/media"
+
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -52,10 +54,10 @@ func (e *CallInterruptedError) Unwrap() error { return e.Cause }
 // callTool sends one tools/call over a new connection and maps the answer
 // onto the outcomes a call records: succeeded, failed, outcome unknown, or
 // an interruption the tool Step retries by the call's effect.
-func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpName string, tool agent.SourceCall) (string, error) {
+func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpName string, tool agent.SourceCall) (agent.ToolOutput, error) {
 	var args map[string]any
 	if err := json.Unmarshal([]byte(tool.Arguments), &args); err != nil {
-		return "", agent.Failed("invalid arguments for %s: arguments are not a JSON object", tool.Name)
+		return agent.ToolOutput{}, agent.Failed("invalid arguments for %s: arguments are not a JSON object", tool.Name)
 	}
 	opts := &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
@@ -74,12 +76,12 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 		// without calling the tool again.
 		var cp taskCheckpoint
 		if json.Unmarshal([]byte(call.Checkpoint), &cp) == nil && cp.TaskID != "" {
-			return "", agent.StartTask(cp.TaskID, cp.Interval)
+			return agent.ToolOutput{}, agent.StartTask(cp.TaskID, cp.Interval)
 		}
 	}
 	cs, err := connectAttempts(ctx, server, opts)
 	if err != nil {
-		return "", err
+		return agent.ToolOutput{}, err
 	}
 	defer func() { _ = cs.Close() }()
 	params := &mcp.CallToolParams{Name: mcpName, Arguments: args, Meta: mcp.Meta{IdempotencyKeyMetaKey: call.IdempotencyKey}}
@@ -89,21 +91,21 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 	for repeat := 0; ; repeat++ {
 		res, err := cs.CallTool(reqCtx, params)
 		if err != nil {
-			return "", callError(tool.Name, err)
+			return agent.ToolOutput{}, callError(tool.Name, err)
 		}
 		if task, ok := createdTask(res); ok {
 			return startedTask(ctx, cs, server, call, tool.Name, task)
 		}
 		if !res.NeedsInput() {
-			return callResult(res)
+			return callResult(ctx, server, res)
 		}
 		if len(res.InputRequests) > 0 {
-			return "", agent.Failed("%s (%s)", inputRequestPrefix, describeInputRequests(res.InputRequests))
+			return agent.ToolOutput{}, agent.Failed("%s (%s)", inputRequestPrefix, describeInputRequests(res.InputRequests))
 		}
 		// A state-only answer asks for the same call again, with the state
 		// it handed back.
 		if repeat+1 >= maxRepeatRequests {
-			return "", &CallInterruptedError{Tool: tool.Name, Cause: errors.New("the server kept asking to repeat the call")}
+			return agent.ToolOutput{}, &CallInterruptedError{Tool: tool.Name, Cause: errors.New("the server kept asking to repeat the call")}
 		}
 		params.RequestState = res.RequestState
 	}
@@ -112,7 +114,7 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 // startedTask follows a task a tools/call returned: the session polls a
 // Streamable HTTP server's task, after the Step saved its ID; a stdio
 // server's task is polled here.
-func startedTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, task *Task) (string, error) {
+func startedTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, task *Task) (agent.ToolOutput, error) {
 	if server.TaskPolling != PollInSession {
 		return waitTask(ctx, cs, server, call, tool, task)
 	}
@@ -121,7 +123,7 @@ func startedTask(ctx context.Context, cs *mcp.ClientSession, server Server, call
 		cp, _ := json.Marshal(taskCheckpoint{TaskID: task.TaskID, Interval: interval})
 		call.SaveCheckpoint(string(cp))
 	}
-	return "", agent.StartTask(task.TaskID, interval)
+	return agent.ToolOutput{}, agent.StartTask(task.TaskID, interval)
 }
 
 // connectAttempts connects for a request, up to ConnectionAttempts times;
@@ -237,19 +239,57 @@ func outcome(meta map[string]any) string {
 }
 
 // callResult maps a tools/call result: the Dex outcome key first, then
-// isError, else the result's text. An error result's images are omitted
-// from its text, so the recorded error holds no image bytes.
-func callResult(res *mcp.CallToolResult) (string, error) {
+// isError, else the result's text and images. An error result's images are
+// omitted from its text, so the recorded error holds no image bytes.
+func callResult(ctx context.Context, server Server, res *mcp.CallToolResult) (agent.ToolOutput, error) {
 	switch outcome(res.Meta) {
 	case outcomeUnknown:
-		return "", agent.OutcomeUnknown("%s", orText(ResultText(res, true), OutcomeUnknownNoText))
+		return agent.ToolOutput{}, agent.OutcomeUnknown("%s", orText(ResultText(res, true), OutcomeUnknownNoText))
 	case outcomeRejected:
-		return "", agent.Failed("%s", orText(ResultText(res, true), RejectedNoText))
+		return agent.ToolOutput{}, agent.Failed("%s", orText(ResultText(res, true), RejectedNoText))
 	}
 	if res.IsError {
-		return "", agent.Failed("%s", orText(ResultText(res, true), ErrorNoText))
+		return agent.ToolOutput{}, agent.Failed("%s", orText(ResultText(res, true), ErrorNoText))
 	}
-	return ResultText(res, false), nil
+	images, err := uploadImages(ctx, server.media, res)
+	if err != nil {
+		return agent.ToolOutput{}, err
+	}
+	return agent.ToolOutput{Output: ResultText(res, false), Images: images}, nil
+}
+
+// uploadImages puts the image content of a successful result into the
+// media store, in order, and returns their references. More than
+// media.MaxImagesPerMessage images, or bytes that are not a supported
+// image, fail the call, since the server would send the same again; a
+// store that cannot write fails the attempt, which the call's effect may
+// retry. The same bytes make the same object, so a retried upload is
+// harmless.
+func uploadImages(ctx context.Context, store media.Store, res *mcp.CallToolResult) ([]agent.ImageReference, error) {
+	var images []*mcp.ImageContent
+	for _, c := range res.Content {
+		if img, ok := c.(*mcp.ImageContent); ok {
+			images = append(images, img)
+		}
+	}
+	if store == nil || len(images) == 0 {
+		return nil, nil
+	}
+	if len(images) > media.MaxImagesPerMessage {
+		return nil, agent.Failed("the tool returned %d images, more than the %d a result may carry", len(images), media.MaxImagesPerMessage)
+	}
+	refs := make([]agent.ImageReference, 0, len(images))
+	for i, img := range images {
+		ref, err := store.PutImage(ctx, img.Data)
+		if errors.Is(err, media.ErrInvalidImage) {
+			return nil, agent.Failed("image %d of the result (%s): %v", i+1, img.MIMEType, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("keeping image %d of the result: %w", i+1, err)
+		}
+		refs = append(refs, agent.ImageReference(ref))
+	}
+	return refs, nil
 }
 
 func orText(text, fallback string) string {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/media"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stepwise-run/stepwise/internal/version"
@@ -39,6 +41,9 @@ type Server struct {
 	// a task polled inside the call (DefaultTaskWaitTimeout when zero).
 	TaskPolling     TaskPolling
 	TaskWaitTimeout time.Duration
+
+	// media keeps the images of the server's results; the source sets it.
+	media media.Store
 }
 
 // ListedTool is one tool of a server as a model is offered it.

@@ -86,7 +86,8 @@ func run(t *testing.T, src *Source, tools map[string]agent.SourceTool, name, arg
 		t.Fatalf("%s was not listed; listed %d tools", name, len(tools))
 	}
 	call := agent.ToolContext{SessionID: "s1", TurnID: "turn-1", ToolCallID: "c1", IdempotencyKey: "s1/turn-1/c1", Attempt: 1, Events: ev}
-	return src.CallTool(context.Background(), call, agent.SourceCall{Name: name, Reference: tool.Reference, Arguments: args})
+	out, err := src.CallTool(context.Background(), call, agent.SourceCall{Name: name, Reference: tool.Reference, Arguments: args})
+	return out.Output, err
 }
 
 func TestTheFilesystemServerOverStdio(t *testing.T) {

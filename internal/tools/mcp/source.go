@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
+
+	"github.com/stepwise-run/stepwise/internal/media"
 
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -40,6 +43,11 @@ type SourceOptions struct {
 	// Log gets the source's warnings: servers that cannot be listed, name
 	// clashes, declarations it ignores.
 	Log *slog.Logger
+	// MediaStore keeps the image content of successful results, inside
+	// the tool Step, and the result carries their references; give it the
+	// store the agent's runner reads. Without one, a result's images show
+	// only as "[image n]" in its text.
+	MediaStore media.Store
 }
 
 // NewSource returns a source, refusing servers without a unique name or a
@@ -65,8 +73,12 @@ func NewSource(opts SourceOptions) (*Source, error) {
 		log = slog.Default()
 	}
 	log = log.With("tool_source", opts.Name)
+	servers := slices.Clone(opts.Servers)
+	for i := range servers {
+		servers[i].media = opts.MediaStore
+	}
 	return &Source{
-		name: opts.Name, servers: opts.Servers, catalog: NewCatalog(opts.Servers, log),
+		name: opts.Name, servers: servers, catalog: NewCatalog(servers, log),
 		resourceTools: opts.ResourceAndPromptTools, log: log,
 	}, nil
 }
@@ -136,17 +148,18 @@ func (s *Source) server(name string) (Server, bool) {
 }
 
 // CallTool runs one call of a listed tool on its server.
-func (s *Source) CallTool(ctx context.Context, call agent.ToolContext, tool agent.SourceCall) (string, error) {
+func (s *Source) CallTool(ctx context.Context, call agent.ToolContext, tool agent.SourceCall) (agent.ToolOutput, error) {
 	var ref reference
 	if err := json.Unmarshal([]byte(tool.Reference), &ref); err != nil {
-		return "", fmt.Errorf("MCP tool %s: the stored reference is not JSON: %w", tool.Name, err)
+		return agent.ToolOutput{}, fmt.Errorf("MCP tool %s: the stored reference is not JSON: %w", tool.Name, err)
 	}
 	if ref.Builtin != "" {
-		return s.callResourceTool(ctx, ref.Builtin, tool)
+		text, err := s.callResourceTool(ctx, ref.Builtin, tool)
+		return agent.ToolOutput{Output: text}, err
 	}
 	server, ok := s.server(ref.Server)
 	if !ok {
-		return "", agent.Failed("%s: MCP server %s is not configured on this worker", session.ToolCallNotRunPrefix, ref.Server)
+		return agent.ToolOutput{}, agent.Failed("%s: MCP server %s is not configured on this worker", session.ToolCallNotRunPrefix, ref.Server)
 	}
 	return callTool(ctx, server, call, ref.Tool, tool)
 }

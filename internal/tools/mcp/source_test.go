@@ -123,7 +123,8 @@ func call(t *testing.T, src *Source, tools map[string]agent.SourceTool, name str
 		t.Fatalf("%s was not listed", name)
 	}
 	ctx := agent.ToolContext{SessionID: "s1", TurnID: "turn-1", ToolCallID: "c1", IdempotencyKey: "s1/turn-1/c1", Attempt: 1, Events: ev}
-	return src.CallTool(context.Background(), ctx, agent.SourceCall{Name: name, Reference: tool.Reference, Arguments: `{"note":"x","amount":5}`})
+	out, err := src.CallTool(context.Background(), ctx, agent.SourceCall{Name: name, Reference: tool.Reference, Arguments: `{"note":"x","amount":5}`})
+	return out.Output, err
 }
 
 func TestACallMapsEachAnswerToItsOutcome(t *testing.T) {
@@ -186,14 +187,14 @@ func TestAResultWithTheOutcomeKeyAndImagesOmitsTheImages(t *testing.T) {
 		&mcp.ImageContent{Data: []byte("x"), MIMEType: "image/png"}, &mcp.TextContent{Text: "declined"},
 		&mcp.ImageContent{Data: []byte("y"), MIMEType: "image/png"},
 	}}
-	_, err := callResult(res)
+	_, err := callResult(context.Background(), Server{}, res)
 	if e, ok := agent.IsExecutionError(err); !ok || e.Message != "[image 1 omitted]\ndeclined\n[image 2 omitted]" {
 		t.Errorf("err = %v", err)
 	}
 	res.Meta[OutcomeMetaKey] = "reserved-value"
 	res.IsError = false
-	if out, err := callResult(res); err != nil || out != "[image 1]\ndeclined\n[image 2]" {
-		t.Errorf("a reserved outcome value: %q, %v; want the result as a success", out, err)
+	if out, err := callResult(context.Background(), Server{}, res); err != nil || out.Output != "[image 1]\ndeclined\n[image 2]" {
+		t.Errorf("a reserved outcome value: %q, %v; want the result as a success", out.Output, err)
 	}
 }
 
@@ -292,7 +293,7 @@ func TestResourceAndPromptToolsReadAServer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		return out
+		return out.Output
 	}
 	if got := run(ListResourcesAndPromptsTool, `{"server":"docs"}`); !strings.Contains(got, `"prompts":[{"arguments":[{"name":"who"}],"name":"greet"}]`) ||
 		!strings.Contains(got, `"resource_templates":[]`) || !strings.Contains(got, `"uri":"docs://guide"`) {

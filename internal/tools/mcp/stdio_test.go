@@ -52,8 +52,8 @@ func TestAStdioTaskIsPolledInsideTheCall(t *testing.T) {
 	ev := &events{}
 	ctx := agent.ToolContext{ToolCallID: "c1", IdempotencyKey: "s1/turn-1/c1", Attempt: 1, Heartbeat: func() {}, Events: ev}
 	out, err := src.CallTool(t.Context(), ctx, sc("tasks__report"))
-	if err != nil || out != "report ready for s1/turn-1/c1" {
-		t.Errorf("report = %q, %v", out, err)
+	if err != nil || out.Output != "report ready for s1/turn-1/c1" {
+		t.Errorf("report = %q, %v", out.Output, err)
 	}
 	if len(ev.got) == 0 || ev.got[len(ev.got)-1]["status"] != "completed" {
 		t.Errorf("status events = %v", ev.got)

@@ -211,33 +211,33 @@ type taskCheckpoint struct {
 }
 
 // PollSourceTask polls a session-polled task once.
-func (s *Source) PollSourceTask(ctx context.Context, poll agent.TaskPoll, tool agent.SourceCall) (string, error) {
+func (s *Source) PollSourceTask(ctx context.Context, poll agent.TaskPoll, tool agent.SourceCall) (agent.ToolOutput, error) {
 	var ref reference
 	if err := json.Unmarshal([]byte(tool.Reference), &ref); err != nil {
-		return "", fmt.Errorf("MCP tool %s: the stored reference is not JSON: %w", tool.Name, err)
+		return agent.ToolOutput{}, fmt.Errorf("MCP tool %s: the stored reference is not JSON: %w", tool.Name, err)
 	}
 	server, ok := s.server(ref.Server)
 	if !ok {
-		return "", lostTask(poll.Effect, fmt.Sprintf("MCP server %s is not configured on this worker, so task %s cannot be followed", ref.Server, poll.TaskID))
+		return agent.ToolOutput{}, lostTask(poll.Effect, fmt.Sprintf("MCP server %s is not configured on this worker, so task %s cannot be followed", ref.Server, poll.TaskID))
 	}
 	state := readTaskState(poll.Continuation)
 	cs, err := connect(ctx, server, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return agent.ToolOutput{}, ctx.Err()
 		}
 		if poll.PendingAnswer != nil {
 			// The answer was not sent: the attempt fails, so it is not
 			// dropped with a pending poll.
-			return "", fmt.Errorf("connecting to MCP server %s to answer task %s: %w", server.Name, poll.TaskID, err)
+			return agent.ToolOutput{}, fmt.Errorf("connecting to MCP server %s to answer task %s: %w", server.Name, poll.TaskID, err)
 		}
 		state.Unreachable++
 		if state.Unreachable >= taskPollAttempts {
-			return "", lostTask(poll.Effect, fmt.Sprintf("MCP server %s could not be reached for %d polls of task %s: %v", server.Name, taskPollAttempts, poll.TaskID, err))
+			return agent.ToolOutput{}, lostTask(poll.Effect, fmt.Sprintf("MCP server %s could not be reached for %d polls of task %s: %v", server.Name, taskPollAttempts, poll.TaskID, err))
 		}
 		interval := nextPollInterval(state.Interval, nil)
 		state.Interval = interval
-		return "", agent.StillRunning(interval, state.encode())
+		return agent.ToolOutput{}, agent.StillRunning(interval, state.encode())
 	}
 	defer func() { _ = cs.Close() }()
 	state.Unreachable = 0
@@ -294,32 +294,32 @@ type taskPoller struct {
 
 // once polls the task: it first delivers a pending answer, then reads the
 // task and maps its status.
-func (p *taskPoller) once(ctx context.Context) (string, error) {
+func (p *taskPoller) once(ctx context.Context) (agent.ToolOutput, error) {
 	reqCtx, cancel := context.WithTimeout(ctx, p.server.connectionTimeout())
 	defer cancel()
 	if answer := p.poll.PendingAnswer; answer != nil {
 		done, err := p.deliver(reqCtx, answer)
 		if done || err != nil {
-			return "", err
+			return agent.ToolOutput{}, err
 		}
 	}
 	t, err := p.read(reqCtx)
 	if err != nil {
-		return "", err
+		return agent.ToolOutput{}, err
 	}
 	if t.Status != p.state.Status {
 		writeTaskStatus(p.poll.ToolContext, p.tool.Name, t)
 	}
 	switch t.Status {
 	case taskCompleted:
-		return completedTask(t)
+		return completedTask(ctx, p.server, t)
 	case taskCancelled:
 		if p.state.Declined {
-			return "", lostTask(p.poll.Effect, fmt.Sprintf("MCP task %s was cancelled after its question was declined", t.TaskID))
+			return agent.ToolOutput{}, lostTask(p.poll.Effect, fmt.Sprintf("MCP task %s was cancelled after its question was declined", t.TaskID))
 		}
-		return "", failedTask(t)
+		return agent.ToolOutput{}, failedTask(t)
 	case taskFailed:
-		return "", failedTask(t)
+		return agent.ToolOutput{}, failedTask(t)
 	case taskInputRequired:
 		return p.inputRequired(ctx, t)
 	}
@@ -329,7 +329,7 @@ func (p *taskPoller) once(ctx context.Context) (string, error) {
 		p.state.Interval = nextPollInterval(0, t)
 	}
 	p.state.Interval = nextPollInterval(p.state.Interval, t)
-	return "", agent.StillRunning(p.state.Interval, p.state.encode())
+	return agent.ToolOutput{}, agent.StillRunning(p.state.Interval, p.state.encode())
 }
 
 // read reads the task; one the server no longer knows is lost.
@@ -353,12 +353,12 @@ func writeTaskStatus(call agent.ToolContext, tool string, t *Task) {
 
 // completedTask is a completed task's result, under the same rules as a
 // tools/call result.
-func completedTask(t *Task) (string, error) {
+func completedTask(ctx context.Context, server Server, t *Task) (agent.ToolOutput, error) {
 	var res mcp.CallToolResult
 	if len(t.Result) == 0 || json.Unmarshal(t.Result, &res) != nil {
-		return "", agent.Failed("MCP task %s completed without a tool result", t.TaskID)
+		return agent.ToolOutput{}, agent.Failed("MCP task %s completed without a tool result", t.TaskID)
 	}
-	return callResult(&res)
+	return callResult(ctx, server, &res)
 }
 
 // failedTask is a failed or cancelled task: failed, unless its error
@@ -442,22 +442,22 @@ func describeTaskRequests(t *Task) string {
 
 // inputRequired turns a task's input request into a session question, or
 // fails the call and cancels the task when it does not fit.
-func (p *taskPoller) inputRequired(ctx context.Context, t *Task) (string, error) {
+func (p *taskPoller) inputRequired(ctx context.Context, t *Task) (agent.ToolOutput, error) {
 	q, fits := fittingQuestion(t)
 	if !fits {
 		cancelBounded(ctx, p.cs, t.TaskID, p.server.connectionTimeout())
-		return "", agent.Failed("%s (%s)", inputRequestPrefix, describeTaskRequests(t))
+		return agent.ToolOutput{}, agent.Failed("%s (%s)", inputRequestPrefix, describeTaskRequests(t))
 	}
 	if at := p.state.AnsweredAt; at != nil && q.key == p.state.Key && q.fingerprint == p.state.Fingerprint &&
 		time.Since(*at) < answerSettleTime {
 		// The task has not taken the answer in yet.
-		return "", agent.StillRunning(time.Second, p.state.encode())
+		return agent.ToolOutput{}, agent.StillRunning(time.Second, p.state.encode())
 	}
 	next := taskState{
 		Status: t.Status, Interval: p.state.Interval,
 		Key: q.key, Fingerprint: q.fingerprint, Field: q.field, Kind: q.kind,
 	}
-	return "", &agent.InputRequest{
+	return agent.ToolOutput{}, &agent.InputRequest{
 		Question: q.text, Choices: q.choices, AllowsFreeText: len(q.choices) == 0, Continuation: next.encode(),
 	}
 }
@@ -522,7 +522,7 @@ func (p *taskPoller) deliver(ctx context.Context, answer *agent.QuestionAnswer) 
 // poll, for at most the server's task wait; a task that outlasts it, or
 // that the server lost, is an interruption, so only a read or an
 // idempotent write calls the tool again.
-func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, t *Task) (string, error) {
+func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, t *Task) (agent.ToolOutput, error) {
 	wait := orDuration(server.TaskWaitTimeout, DefaultTaskWaitTimeout)
 	requestTimeout := server.connectionTimeout()
 	deadline := time.Now().Add(wait)
@@ -531,25 +531,25 @@ func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call ag
 	for {
 		switch t.Status {
 		case taskCompleted:
-			return completedTask(t)
+			return completedTask(ctx, server, t)
 		case taskFailed, taskCancelled:
-			return "", failedTask(t)
+			return agent.ToolOutput{}, failedTask(t)
 		case taskInputRequired:
 			// The process ends with the request, so no answer could reach
 			// the task later.
 			cancelBounded(ctx, cs, t.TaskID, requestTimeout)
-			return "", agent.Failed("%s (%s)", inputRequestPrefix, describeTaskRequests(t))
+			return agent.ToolOutput{}, agent.Failed("%s (%s)", inputRequestPrefix, describeTaskRequests(t))
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			cancelBounded(ctx, cs, t.TaskID, requestTimeout)
-			return "", &CallInterruptedError{Tool: tool, Cause: fmt.Errorf("task %s still ran after %s", t.TaskID, wait)}
+			return agent.ToolOutput{}, &CallInterruptedError{Tool: tool, Cause: fmt.Errorf("task %s still ran after %s", t.TaskID, wait)}
 		}
 		interval = nextPollInterval(interval, t)
 		select {
 		case <-time.After(min(interval, remaining)):
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return agent.ToolOutput{}, ctx.Err()
 		}
 		if call.Heartbeat != nil {
 			call.Heartbeat()
@@ -558,7 +558,7 @@ func waitTask(ctx context.Context, cs *mcp.ClientSession, server Server, call ag
 		next, err := getTask(getCtx, cs, t.TaskID)
 		cancel()
 		if err != nil {
-			return "", &CallInterruptedError{Tool: tool, Cause: fmt.Errorf("polling task %s: %w", t.TaskID, err)}
+			return agent.ToolOutput{}, &CallInterruptedError{Tool: tool, Cause: fmt.Errorf("polling task %s: %w", t.TaskID, err)}
 		}
 		t = next
 		if t.Status != status {

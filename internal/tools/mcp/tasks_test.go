@@ -82,7 +82,8 @@ func taskCall(t *testing.T, src *Source, name string, effect agent.Effect) (agen
 // pollOnce polls and hands the continuation on, as the session does.
 func pollOnce(t *testing.T, src *Source, poll *agent.TaskPoll, sc agent.SourceCall) (string, error) {
 	t.Helper()
-	out, err := src.PollSourceTask(context.Background(), *poll, sc)
+	res, err := src.PollSourceTask(context.Background(), *poll, sc)
+	out := res.Output
 	if pending, ok := agent.IsTaskPending(err); ok {
 		poll.Continuation = pending.Continuation
 	}
@@ -286,7 +287,8 @@ func TestATaskPolledInsideTheCall(t *testing.T) {
 	run := func(name string, wait time.Duration) (string, error) {
 		src.servers[0].TaskWaitTimeout = wait
 		call := agent.ToolContext{ToolCallID: "c1", IdempotencyKey: "s1/turn-1/c1", Attempt: 1, Heartbeat: func() {}}
-		return src.CallTool(context.Background(), call, agent.SourceCall{Name: name, Reference: tools[name].Reference, Arguments: `{}`})
+		out, err := src.CallTool(context.Background(), call, agent.SourceCall{Name: name, Reference: tools[name].Reference, Arguments: `{}`})
+		return out.Output, err
 	}
 	if out, err := run("jobs__report", time.Minute); err != nil || out != "report ready for s1/turn-1/c1" {
 		t.Errorf("report = %q, %v", out, err)
