@@ -26,7 +26,7 @@ const usage = `Usage: stepwise [flags] <command> [arguments]
 
 Commands:
   start <session> [message]           Start a session; a message starts its first turn.
-  send <session> <message>            Send a user message.
+  send <session> <message>            Send a user message; --image files go to --media-store first.
   approve <session> <interrupt>       Approve a pending tool call.
   reject <session> <interrupt> [why]  Reject a tool call (the model sees why), or decline a question.
   answer <session> <interrupt> <text> Answer a pending question.
@@ -84,6 +84,13 @@ func stepwise() int {
 	taskQueue := flags.String("task-queue", "", "The Agent's task queue; default stepwise/<flow type>.")
 	timeout := flags.Duration("timeout", 30*time.Second, "How long a command may take; a request not answered by then exits with status 4.")
 	requestID := flags.String("request-id", "", "Names the request, so that running the command again is the same request and\nlearns its outcome; default: a new random ID, printed when the request is pending.")
+	var images imageFlags
+	flags.Var((*imageList)(&images.files), "image", "An image file (PNG, JPEG, GIF or WebP) that send uploads and sends; repeat for more.")
+	flags.StringVar(&images.store, "media-store", os.Getenv("STEPWISE_MEDIA_STORE"),
+		"The Agent's media store, as its MediaStore's status shows it: s3://<bucket>[/<prefix>] or file://<root>\n(STEPWISE_MEDIA_STORE). S3 credentials come from the standard AWS chain.")
+	flags.StringVar(&images.s3Endpoint, "s3-endpoint", os.Getenv("STEPWISE_S3_ENDPOINT"), "The S3-compatible service's URL, when not AWS S3 (STEPWISE_S3_ENDPOINT).")
+	flags.StringVar(&images.s3Region, "s3-region", os.Getenv("STEPWISE_S3_REGION"), "The bucket's region (STEPWISE_S3_REGION).")
+	flags.BoolVar(&images.s3PathStyle, "s3-path-style", os.Getenv("STEPWISE_S3_PATH_STYLE") == "true", "Address the bucket in the URL path, as many S3-compatible services need (STEPWISE_S3_PATH_STYLE=true).")
 	flags.Usage = func() {
 		fmt.Fprint(flags.Output(), usage)
 		flags.PrintDefaults()
@@ -103,7 +110,7 @@ func stepwise() int {
 		return fail(fmt.Errorf("connecting to Temporal at %s: %w", *address, err))
 	}
 	defer c.Close()
-	cfg := config{namespace: *namespace, flowType: *flowType, taskQueue: *taskQueue, requestID: *requestID}
+	cfg := config{namespace: *namespace, flowType: *flowType, taskQueue: *taskQueue, requestID: *requestID, images: images}
 	status, err := run(ctx, c, cfg, flags.Args(), os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stepwise:", err)
@@ -119,6 +126,8 @@ type config struct {
 	namespace, flowType, taskQueue string
 	// requestID names an RPC; empty gives each a random ID.
 	requestID string
+	// images are send's images.
+	images imageFlags
 }
 
 func envOr(name, fallback string) string {
@@ -165,7 +174,15 @@ func run(ctx context.Context, c client.Client, cfg config, args []string, out io
 		if err := need(2, "<session> <message>"); err != nil {
 			return 0, err
 		}
-		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "), id)
+		refs, uploadErr := uploadImages(ctx, cfg.images)
+		if uploadErr != nil {
+			return 0, uploadErr
+		}
+		opts := []sessions.SendOption{id}
+		if len(refs) > 0 {
+			opts = append(opts, sessions.WithImages(refs...))
+		}
+		ok, err = s.Send(ctx, args[0], strings.Join(args[1:], " "), opts...)
 	case "approve":
 		if err := need(2, "<session> <interrupt>"); err != nil {
 			return 0, err

@@ -32,6 +32,9 @@ const providerKey = "sk-provider-key-never-logged-7781"
 type fakeProvider struct {
 	t        *testing.T
 	provider agentsv1.ModelProvider
+	// tool is the tool a user message gets a call of, with no arguments;
+	// empty calls durable_wait for a second.
+	tool     string
 	mu       sync.Mutex
 	requests []string
 	keys     []string
@@ -58,11 +61,14 @@ func (f *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	answered := f.lastIsToolResult(body)
-	wait := `{\"duration_seconds\":1,\"reason\":\"test\"}`
+	tool, wait := "durable_wait", `{\"duration_seconds\":1,\"reason\":\"test\"}`
+	if f.tool != "" {
+		tool, wait = f.tool, `{}`
+	}
 	switch f.provider {
 	case agentsv1.ModelProviderOpenAI:
 		reasoning := fmt.Sprintf(`{"id":"rs_%d","type":"reasoning","summary":[],"encrypted_content":"opaque-%d"}`, n, n)
-		item := fmt.Sprintf(`{"id":"fc_%d","type":"function_call","call_id":"call_%d","name":"durable_wait","arguments":"%s"}`, n, n, wait)
+		item := fmt.Sprintf(`{"id":"fc_%d","type":"function_call","call_id":"call_%d","name":"%s","arguments":"%s"}`, n, n, tool, wait)
 		if answered {
 			item = fmt.Sprintf(`{"id":"msg_%d","type":"message","role":"assistant","content":[{"type":"output_text","text":"waited %d"}]}`, n, n)
 		}
@@ -70,14 +76,14 @@ func (f *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
 			`{"type":"response.output_item.done","output_index":1,"item":`+item+`}`,
 			`{"type":"response.completed","response":{"id":"resp","status":"completed","model":"gpt","output":[],"usage":{"input_tokens":10,"output_tokens":2,"total_tokens":12}}}`)
 	case agentsv1.ModelProviderOpenAICompatible:
-		delta := fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_%d","type":"function","function":{"name":"durable_wait","arguments":"%s"}}]}`, n, wait)
+		delta := fmt.Sprintf(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_%d","type":"function","function":{"name":"%s","arguments":"%s"}}]}`, n, tool, wait)
 		finish := "tool_calls"
 		if answered {
 			delta, finish = fmt.Sprintf(`{"role":"assistant","content":"waited %d"}`, n), "stop"
 		}
 		send(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`+delta+`,"finish_reason":"`+finish+`"}]}`, "[DONE]")
 	case agentsv1.ModelProviderAnthropic:
-		block := fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"durable_wait","input":{}}`, n)
+		block := fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"%s","input":{}}`, n, tool)
 		deltaEvent := fmt.Sprintf(`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"%s"}}`, wait)
 		reason := "tool_use"
 		if answered {
@@ -108,7 +114,14 @@ func (f *fakeProvider) lastIsToolResult(body []byte) bool {
 	case agentsv1.ModelProviderOpenAI:
 		return len(req.Input) > 0 && req.Input[len(req.Input)-1]["type"] == "function_call_output"
 	case agentsv1.ModelProviderOpenAICompatible:
-		return len(req.Messages) > 0 && req.Messages[len(req.Messages)-1]["role"] == "tool"
+		// The images of tool results follow the tool messages in user
+		// messages, so any tool message after the last answer counts.
+		for i := len(req.Messages) - 1; i >= 0 && req.Messages[i]["role"] != "assistant"; i-- {
+			if req.Messages[i]["role"] == "tool" {
+				return true
+			}
+		}
+		return false
 	default:
 		if len(req.Messages) == 0 {
 			return false

@@ -15,6 +15,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/media"
+	"github.com/stepwise-run/stepwise/internal/media/localstore"
+	"github.com/stepwise-run/stepwise/internal/media/mediatest"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -44,6 +47,9 @@ func TestRecordHistories(t *testing.T) {
 	s.Config.ToolSources = []workerconfig.ToolSource{{
 		SourceName: "ledger", TrustToolAnnotations: true, StreamableHTTP: &workerconfig.StreamableHTTP{URL: ledger.URL},
 	}}
+	// Since 0.6.0: a media store in a local directory.
+	mediaRoot := filepath.Join(t.TempDir(), "media")
+	s.Config.MediaStore = &workerconfig.MediaStore{StoreURI: media.LocalStoreURI(mediaRoot), LocalDirectory: &workerconfig.LocalDirectoryMediaStore{Root: mediaRoot}}
 	sessions := client.New(s.Client, s.FlowType, "")
 	ctx := context.Background()
 	first := s.StartWorker()
@@ -139,6 +145,21 @@ func TestRecordHistories(t *testing.T) {
 		t.Fatalf("plan = %+v, %v; want the executed plan completed", snap.Plan, err)
 	}
 
+	// Since 0.6.0: a message with an image, and a tool result with one.
+	store, err := localstore.New(mediaRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := store.PutImage(ctx, mediatest.PNG(6, 4, 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(sessions.Start(ctx, "images", ""))
+	must(sessions.Send(ctx, "images", "what is this chart?", client.WithImages(client.ImageReference(chart))))
+	lastAnswer(t, sessions, "images", 1)
+	must(sessions.Send(ctx, "images", "tools: screenshot"))
+	lastAnswer(t, sessions, "images", 2)
+
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +181,7 @@ func TestRecordHistories(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp", "plans"} {
+	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp", "plans", "images"} {
 		save(s.Client, id, "", id+".json")
 	}
 

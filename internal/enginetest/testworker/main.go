@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/enginetest"
+	"github.com/stepwise-run/stepwise/internal/media/mediatest"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/worker"
 )
@@ -68,8 +69,20 @@ func main() {
 			}
 			return "", agent.StartTask(taskID, time.Second)
 		}, agent.WithApproval(false), agent.WithTaskPoller(poller))
+	// screenshot returns a PNG it uploads to the agent's media store.
+	screenshot := agent.MustTool("screenshot", "Takes a screenshot.", agent.EffectRead,
+		func(ctx context.Context, call agent.ToolContext, _ noteArgs) (agent.ToolOutput, error) {
+			if call.MediaStore == nil {
+				return agent.ToolOutput{Output: "no media store"}, nil
+			}
+			ref, err := call.MediaStore.PutImage(ctx, mediatest.PNG(8, 8, byte(len(call.ToolCallID))))
+			if err != nil {
+				return agent.ToolOutput{}, err
+			}
+			return agent.ToolOutput{Output: "took [image 1]", Images: []agent.ImageReference{ref}}, nil
+		})
 	tools := []agent.Tool{
-		confirm, report,
+		confirm, report, screenshot,
 		gated("read_a", agent.EffectRead),
 		gated("read_b", agent.EffectRead),
 		gated("write_once", agent.EffectNonIdempotentWrite, agent.WithApproval(false)),
@@ -123,6 +136,9 @@ func main() {
 				})
 			}
 			return reply, nil
+		}
+		if len(req.Images) > 0 {
+			return agent.ScriptedReply{Text: "echo: " + last + " (" + strconv.Itoa(len(req.Images)) + " images)"}, nil
 		}
 		return agent.ScriptedReply{Text: "echo: " + last}, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -65,6 +66,9 @@ var _ media.Store = (*Store)(nil)
 func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Bucket == "" {
 		return nil, errors.New("s3 media store: bucket is required")
+	}
+	if strings.HasPrefix(opts.Prefix, "/") || strings.HasSuffix(opts.Prefix, "/") {
+		return nil, fmt.Errorf("s3 media store: prefix %q must not start or end with a slash", opts.Prefix)
 	}
 	storeURI := media.S3StoreURI(opts.Bucket, opts.Prefix)
 	if err := media.CheckStoreURI(storeURI); err != nil {
