@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -178,18 +180,50 @@ func ToolResults(req ModelRequest) []ToolResult {
 
 // DemoScript is the stock demo model: it answers tool results with a
 // summary of them, runs "call <tool> <JSON arguments>" as a tool call when the
-// tool is offered, and otherwise echoes the user's last message.
+// tool is offered, and otherwise echoes the user's last message. When the
+// request shows images, the answer ends with "(images: ...)", the first 12
+// hex digits of the SHA-256 of each image's bytes as the request carried
+// them, in order, so a demo shows what the model was shown.
 func DemoScript(req ModelRequest) (ScriptedReply, error) {
+	reply := demoReply(req)
+	if note := imagesNote(req); note != "" && reply.Text != "" {
+		reply.Text += " " + note
+	}
+	return reply, nil
+}
+
+// imagesNote names the bytes of every image a request shows, or "" when it
+// shows none.
+func imagesNote(req ModelRequest) string {
+	var sums []string
+	for _, m := range req.Input {
+		for _, img := range m.Images {
+			data, err := req.ImageBytes(img)
+			if err != nil {
+				sums = append(sums, "missing")
+				continue
+			}
+			sum := sha256.Sum256(data)
+			sums = append(sums, hex.EncodeToString(sum[:6]))
+		}
+	}
+	if len(sums) == 0 {
+		return ""
+	}
+	return "(images: " + strings.Join(sums, ", ") + ")"
+}
+
+func demoReply(req ModelRequest) ScriptedReply {
 	if results := ToolResults(req); len(results) > 0 {
 		parts := make([]string, 0, len(results))
 		for _, r := range results {
 			parts = append(parts, r.ToolName+": "+r.Output)
 		}
-		return ScriptedReply{Text: "Done. " + strings.Join(parts, "; ")}, nil
+		return ScriptedReply{Text: "Done. " + strings.Join(parts, "; ")}
 	}
 	texts := UserTexts(req)
 	if len(texts) == 0 {
-		return ScriptedReply{Text: "Demo reply: (no message)"}, nil
+		return ScriptedReply{Text: "Demo reply: (no message)"}
 	}
 	last := strings.TrimSpace(texts[len(texts)-1])
 	if rest, ok := strings.CutPrefix(last, "call "); ok {
@@ -199,9 +233,9 @@ func DemoScript(req ModelRequest) (ScriptedReply, error) {
 		}
 		for _, t := range req.Tools {
 			if t.Name == name {
-				return ScriptedReply{ToolCalls: []ScriptedToolCall{{Name: name, Arguments: strings.TrimSpace(args)}}}, nil
+				return ScriptedReply{ToolCalls: []ScriptedToolCall{{Name: name, Arguments: strings.TrimSpace(args)}}}
 			}
 		}
 	}
-	return ScriptedReply{Text: "Demo reply: " + last}, nil
+	return ScriptedReply{Text: "Demo reply: " + last}
 }

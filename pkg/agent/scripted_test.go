@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -376,5 +378,27 @@ func TestUsageAdd(t *testing.T) {
 	want := agent.Usage{ModelCalls: 11, InputTokens: 22, OutputTokens: 33, CachedInputTokens: 44, ReasoningTokens: 55}
 	if got := a.Add(b); got != want {
 		t.Errorf("Add = %+v, want %+v", got, want)
+	}
+}
+
+func TestTheDemoScriptNamesTheImagesItWasShown(t *testing.T) {
+	png, gif := []byte("png bytes"), []byte("gif bytes")
+	pngSum, gifSum := sha256.Sum256(png), sha256.Sum256(gif)
+	ref := func(sum [32]byte) agent.ImageReference {
+		h := hex.EncodeToString(sum[:])
+		return agent.ImageReference{Type: "image", URI: "s3://m/sha256/" + h, MIMEType: "image/png", SHA256: h, SizeBytes: 9}
+	}
+	req := agent.ModelRequest{
+		Input:  []agent.Message{{Role: agent.RoleUser, Text: "look", Images: []agent.ImageReference{ref(pngSum), ref(gifSum)}}},
+		Images: map[string][]byte{ref(pngSum).SHA256: png},
+	}
+	reply, err := agent.DemoScript(req)
+	want := "Demo reply: look (images: " + hex.EncodeToString(pngSum[:6]) + ", missing)"
+	if err != nil || reply.Text != want {
+		t.Errorf("reply = %q, %v; want %q", reply.Text, err, want)
+	}
+	req.Input[0].Images = nil
+	if reply, _ := agent.DemoScript(req); reply.Text != "Demo reply: look" {
+		t.Errorf("without images: %q", reply.Text)
 	}
 }

@@ -80,6 +80,9 @@ func TestAGatedFeatureIsRefusedWhileAWorkerOfAnOlderEngineVersionPolls(t *testin
 		"Start WithSettings": func() (bool, error) {
 			return s.Start(ctx, "g2", "hi", client.WithSettings(client.SessionSettings{"model": "large"}))
 		},
+		"Send WithImages": func() (bool, error) {
+			return s.Send(ctx, "g1", "look", client.WithImages(testImage))
+		},
 	} {
 		if ok, err := call(); ok || !errors.Is(err, client.ErrFeatureNotInEffect) || !strings.Contains(err.Error(), "engine 0.1.0") {
 			t.Errorf("%s while the 0.1.0 worker polls = %v, %v; want a refusal naming engine 0.1.0", name, ok, err)
@@ -99,4 +102,27 @@ func TestAGatedFeatureIsRefusedWhileAWorkerOfAnOlderEngineVersionPolls(t *testin
 		}
 		return ok, err
 	})
+}
+
+// testImage is a well-formed reference; the gate refuses it before any
+// store is read.
+var testImage = client.ImageReference{Type: "image", URI: "s3://media/sha256/" + strings.Repeat("ab", 32), MIMEType: "image/png",
+	SHA256: strings.Repeat("ab", 32), SizeBytes: 100}
+
+// A Send whose references could never be stored is refused before it is
+// sent, with ErrInvalidImage naming what is wrong.
+func TestSendRefusesInvalidImageReferences(t *testing.T) {
+	s := client.New(nil, "Unsent", "")
+	bad := testImage
+	bad.MIMEType = "image/svg+xml"
+	many := make([]client.ImageReference, 21)
+	for i := range many {
+		many[i] = testImage
+	}
+	for name, images := range map[string][]client.ImageReference{"svg": {bad}, "21 images": many} {
+		ok, err := s.Send(context.Background(), "x", "look", client.WithImages(images...))
+		if ok || !errors.Is(err, client.ErrInvalidImage) {
+			t.Errorf("%s: Send = %v, %v; want ErrInvalidImage", name, ok, err)
+		}
+	}
 }

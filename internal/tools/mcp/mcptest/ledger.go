@@ -18,6 +18,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/stepwise-run/stepwise/internal/media/mediatest"
 )
 
 // Keys of the Dex conventions, as a server built for them spells them.
@@ -206,6 +208,18 @@ func (l *Ledger) Server() *mcp.Server {
 			&mcp.TextContent{Text: "statement"}, &mcp.ImageContent{Data: []byte("iVBORw0KGgo="), MIMEType: "image/png"},
 			&mcp.TextContent{Text: "chart above"},
 		}}, nil
+	})
+	// gallery returns "amount" distinct PNG charts between two texts.
+	add("gallery", &mcp.ToolAnnotations{ReadOnlyHint: true}, nil, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args struct {
+			Amount int `json:"amount"`
+		}
+		_ = json.Unmarshal(req.Params.Arguments, &args)
+		content := []mcp.Content{&mcp.TextContent{Text: "charts"}}
+		for i := range args.Amount {
+			content = append(content, &mcp.ImageContent{Data: mediatest.PNG(2, 2, byte(i)), MIMEType: "image/png"})
+		}
+		return &mcp.CallToolResult{Content: append(content, &mcp.TextContent{Text: "end"})}, nil
 	})
 	add("confirm", &mcp.ToolAnnotations{ReadOnlyHint: true}, nil, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{
