@@ -215,6 +215,35 @@ func TestImagesFromTheCLIAndAnMCPToolReachEachProvider(t *testing.T) {
 			if strings.Join(keys, ",") != strings.Join(sortedKeys("sessions/sha256/"+pngRef.SHA256, "sessions/sha256/"+tinyRef.SHA256), ",") {
 				t.Errorf("the bucket holds %v", keys)
 			}
+
+			// An image gone from the bucket fails the next turn that replays
+			// it, after its user message, with the store's error.
+			if _, err := gw.Client(t).DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("media"), Key: aws.String("sessions/sha256/" + pngRef.SHA256)}); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := sessions.Send(ctx, "look", "and now?"); !ok || err != nil {
+				t.Fatalf("Send = %v, %v", ok, err)
+			}
+			Eventually(t, waitLong, "turn 2 to fail", func() (bool, error) {
+				snap, err := sessions.Snapshot(ctx, "look")
+				return err == nil && snap.State != nil && snap.State.TurnCount == 2 && snap.State.ActiveTurnID == "", err
+			})
+			snap, err = sessions.Snapshot(ctx, "look")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := snap.State.LastTurnError; !strings.Contains(e, "media store") || !strings.Contains(e, pngRef.URI) || !strings.Contains(e, "does not exist") {
+				t.Errorf("the failed turn's error is %q", e)
+			}
+			if last := snap.Messages[len(snap.Messages)-1]; last.Role != client.RoleUser || last.Text != "and now?" {
+				t.Errorf("the failed turn stored %+v last", last)
+			}
+			fake.mu.Lock()
+			calls := len(fake.requests)
+			fake.mu.Unlock()
+			if calls != 2 {
+				t.Errorf("the provider got %d requests; a turn whose image is gone sends none", calls)
+			}
 		})
 	}
 }
