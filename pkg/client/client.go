@@ -28,6 +28,10 @@ const (
 	StepAwaitQuestionAnswer = string(session.StepAwaitQuestionAnswer)
 )
 
+// ErrInvalidSettings is session settings that are not a JSON object within
+// the size limit; nothing was sent.
+var ErrInvalidSettings = errors.New("invalid session settings")
+
 // SessionSettings are one session's settings: a JSON object that the next
 // turn starts with, such as {"model": "large"}. Snapshots show them: never
 // put a secret in them.
@@ -79,29 +83,34 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 	if o.settings != nil {
 		raw, err := contract.CheckedSessionSettings(o.settings)
 		if err != nil {
-			return false, fmt.Errorf("starting session %s: %w", sessionID, err)
+			return false, fmt.Errorf("starting session %s: %w: %w", sessionID, ErrInvalidSettings, err)
 		}
 		if err := s.requireFeature(ctx, engine.UpdateStartSession, rollout.FeatureSessionSettings); err != nil {
 			return false, err
 		}
 		in.Settings = raw
 	}
-	start := s.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+	startOpts := client.StartWorkflowOptions{
 		ID: sessionID, TaskQueue: s.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}, s.flowType, engine.SessionInput{Start: in, StepSearch: o.stepSearch})
-	handle, err := s.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateID:   updateID(engine.UpdateStartSession, requestID),
-			UpdateName: engine.UpdateStartSession, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	var started bool
-	if err == nil {
-		err = handle.Get(ctx, &started)
 	}
+	var started bool
+	err = sendUntilTaken(ctx, func() error {
+		// A start operation runs once: each send needs its own.
+		start := s.c.NewWithStartWorkflowOperation(startOpts, s.flowType, engine.SessionInput{Start: in, StepSearch: o.stepSearch})
+		handle, err := s.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+			StartWorkflowOperation: start,
+			UpdateOptions: client.UpdateWorkflowOptions{
+				UpdateID:   updateID(engine.UpdateStartSession, requestID),
+				UpdateName: engine.UpdateStartSession, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+			},
+		})
+		if err != nil {
+			return err
+		}
+		return handle.Get(ctx, &started)
+	})
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
@@ -213,7 +222,7 @@ func (s *Sessions) Answer(ctx context.Context, sessionID, interruptID, answer st
 func (s *Sessions) UpdateSettings(ctx context.Context, sessionID string, settings SessionSettings, opts ...RequestOption) (bool, error) {
 	raw, err := contract.CheckedSessionSettings(settings)
 	if err != nil {
-		return false, fmt.Errorf("%s on session %s: %w", engine.UpdateSessionSettings, sessionID, err)
+		return false, fmt.Errorf("%s on session %s: %w: %w", engine.UpdateSessionSettings, sessionID, ErrInvalidSettings, err)
 	}
 	return s.gatedUpdate(ctx, sessionID, engine.UpdateSessionSettings, rollout.FeatureSessionSettings, engine.SettingsRequest{Settings: raw}, requestOpts(opts))
 }
@@ -234,7 +243,6 @@ func updateID(name, requestID string) string {
 	return name + "/" + requestID
 }
 
-// update runs an RPC; a refusal is false with no error.
 // gatedUpdate sends a request that needs a session feature, once the
 // feature is in effect.
 func (s *Sessions) gatedUpdate(ctx context.Context, sessionID, name string, feature rollout.Feature, arg any, o requestOptions) (bool, error) {
@@ -244,19 +252,23 @@ func (s *Sessions) gatedUpdate(ctx context.Context, sessionID, name string, feat
 	return s.update(ctx, sessionID, name, arg, o)
 }
 
+// update runs an RPC; a refusal is false with no error.
 func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any, o requestOptions) (bool, error) {
 	requestID, err := resolveRequestID(o.requestID)
 	if err != nil {
 		return false, fmt.Errorf("%s on session %s: %w", name, sessionID, err)
 	}
-	handle, err := s.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: sessionID, UpdateID: updateID(name, requestID), UpdateName: name, Args: []any{arg},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
 	var ok bool
-	if err == nil {
-		err = handle.Get(ctx, &ok)
-	}
+	err = sendUntilTaken(ctx, func() error {
+		handle, err := s.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: sessionID, UpdateID: updateID(name, requestID), UpdateName: name, Args: []any{arg},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err != nil {
+			return err
+		}
+		return handle.Get(ctx, &ok)
+	})
 	if err != nil {
 		if refused(err) {
 			return false, nil

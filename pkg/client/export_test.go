@@ -5,3 +5,6 @@ import "time"
 // SetRecentPoll shortens how recently a worker must have polled to count,
 // for tests that stop one and cannot wait a minute and a half.
 func SetRecentPoll(s *Sessions, d time.Duration) { s.recentPoll = d }
+
+// SendUntilTaken exposes the resend rule to its table test.
+var SendUntilTaken = sendUntilTaken

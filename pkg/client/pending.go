@@ -156,3 +156,31 @@ func pollsRecently(pollers []*taskqueuepb.PollerInfo, now time.Time, recent time
 	}
 	return false
 }
+
+// notReadyBackoff bounds the waits between sends of a request the engine
+// aborted because a workflow task failed.
+var notReadyBackoff = struct{ first, max time.Duration }{first: 50 * time.Millisecond, max: 2 * time.Second}
+
+// sendUntilTaken runs send again while the engine answers WorkflowNotReady,
+// until ctx ends. The engine gives that answer when the workflow task that
+// carried the request failed before the session accepted it, as when the
+// task races a worker version change; the request was not run, and send
+// reuses its request ID, so sending it again runs it at most once.
+func sendUntilTaken(ctx context.Context, send func() error) error {
+	wait := notReadyBackoff.first
+	for {
+		err := send()
+		var notReady *serviceerror.WorkflowNotReady
+		if !errors.As(err, &notReady) {
+			return err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err
+		case <-timer.C:
+		}
+		wait = min(2*wait, notReadyBackoff.max)
+	}
+}

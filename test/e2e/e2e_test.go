@@ -531,6 +531,28 @@ func countToolMessages(snap sessions.Snapshot, tool string) int {
 	return n
 }
 
+// countStoredToolMessages counts a tool's results in every stored message
+// of a session, page by page.
+func countStoredToolMessages(ctx context.Context, s *sessions.Sessions, id, tool string) (int, error) {
+	n := 0
+	req := sessions.MessagesRequest{Limit: 200}
+	for {
+		page, err := s.Messages(ctx, id, req)
+		if err != nil {
+			return n, err
+		}
+		for _, m := range page.Messages {
+			if m.Role == "tool" && m.ToolName == tool {
+				n++
+			}
+		}
+		if page.NextBeforeSequence == 0 {
+			return n, nil
+		}
+		req.BeforeSequence = page.NextBeforeSequence
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)

@@ -471,8 +471,11 @@ func (l *turnLoad) run(ctx context.Context, s *sessions.Sessions, id string) {
 				return
 			}
 			if err == nil && snap.State != nil && snap.State.TurnCount == turn && snap.State.ActiveTurnID == "" {
-				if n := countToolMessages(snap, "slow_export"); n != turn {
-					l.fail(fmt.Sprintf("session %s ran slow_export %d times in %d turns; a non-idempotent write runs once per call", id, n, turn))
+				// A snapshot shows the newest 200 messages only: a long
+				// load outgrows it, so the count reads every stored page.
+				n, err := countStoredToolMessages(ctx, s, id, "slow_export")
+				if err != nil || n != turn {
+					l.fail(fmt.Sprintf("session %s ran slow_export %d times in %d turns (%v); a non-idempotent write runs once per call", id, n, turn, err))
 					return
 				}
 				break
