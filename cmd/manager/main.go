@@ -3,11 +3,9 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
+	"github.com/stepwise-run/stepwise/internal/engineflags"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/version"
 )
@@ -31,29 +29,17 @@ func main() {
 
 func run() error {
 	var (
-		metricsAddr, probeAddr         string
-		leaderElect                    bool
-		engineAddress, engineNamespace string
-		engineTLS                      bool
-		engineTLSSecret, engineServer  string
-		engineAPIKey                   string
-		workerImage                    string
-		mediaHostPathRoots             string
-		pollerQuietPeriod              time.Duration
-		versionedRollouts              bool
+		metricsAddr, probeAddr string
+		leaderElect            bool
+		workerImage            string
+		mediaHostPathRoots     string
+		pollerQuietPeriod      time.Duration
+		versionedRollouts      bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect one active operator among replicas.")
-	flag.StringVar(&engineAddress, "default-engine-address", "",
-		"host:port of the Temporal frontend for Agents without spec.engine; empty means such Agents are not applied.")
-	flag.StringVar(&engineNamespace, "default-engine-namespace", "default", "Temporal namespace for Agents without spec.engine.")
-	flag.BoolVar(&engineTLS, "default-engine-tls", false, "Use TLS to the default engine.")
-	flag.StringVar(&engineTLSSecret, "default-engine-tls-secret", "",
-		"Secret, in each Agent's namespace, with ca.crt and/or tls.crt and tls.key for the default engine; implies --default-engine-tls.")
-	flag.StringVar(&engineServer, "default-engine-tls-server-name", "", "Name the default engine's certificate is checked against.")
-	flag.StringVar(&engineAPIKey, "default-engine-api-key-secret", "",
-		"NAME/KEY of a Secret, in each Agent's namespace, holding an API key for the default engine; needs TLS.")
+	engineFlags := engineflags.Bind(flag.CommandLine)
 	flag.StringVar(&workerImage, "worker-image", "ghcr.io/stepwise-run/agent-worker:"+version.Operator,
 		"The stock worker image, for Agents without spec.workers.image.")
 	flag.StringVar(&mediaHostPathRoots, "media-host-path-roots", "",
@@ -76,12 +62,8 @@ func run() error {
 		return fmt.Errorf("--media-host-path-roots: %w", err)
 	}
 	defaults := render.Defaults{WorkerImage: workerImage, WorkerEngineVersion: version.EngineVersion, MediaHostPathRoots: roots}
-	if engineAddress != "" {
-		engine, err := defaultEngine(engineAddress, engineNamespace, engineTLS, engineTLSSecret, engineServer, engineAPIKey)
-		if err != nil {
-			return err
-		}
-		defaults.Engine = engine
+	if defaults.Engine, err = engineFlags.Engine(); err != nil {
+		return err
 	}
 
 	scheme, err := controller.NewScheme()
@@ -120,32 +102,6 @@ func run() error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("starting the operator", "version", version.Operator, "engineVersion", version.EngineVersion,
-		"defaultEngine", engineAddress, "mediaHostPathRoots", roots)
+		"defaultEngine", engineFlags.Address, "mediaHostPathRoots", roots)
 	return mgr.Start(ctx)
-}
-
-// defaultEngine builds the engine of Agents without spec.engine from the
-// flags, with the same rules the API applies to spec.engine.
-func defaultEngine(address, namespace string, useTLS bool, tlsSecret, serverName, apiKey string) (*agentsv1.EngineSpec, error) {
-	if err := render.CheckEngineAddress(address); err != nil {
-		return nil, fmt.Errorf("--default-engine-address: %w", err)
-	}
-	engine := &agentsv1.EngineSpec{Address: address, Namespace: namespace}
-	if useTLS || tlsSecret != "" || serverName != "" {
-		engine.TLS = &agentsv1.EngineTLS{ServerName: serverName}
-		if tlsSecret != "" {
-			engine.TLS.SecretRef = &agentsv1.SecretReference{Name: tlsSecret}
-		}
-	}
-	if apiKey != "" {
-		name, key, ok := strings.Cut(apiKey, "/")
-		if !ok || name == "" || key == "" {
-			return nil, fmt.Errorf("--default-engine-api-key-secret is %q; want NAME/KEY", apiKey)
-		}
-		if engine.TLS == nil {
-			return nil, errors.New("--default-engine-api-key-secret needs --default-engine-tls: the API key must not travel in clear text")
-		}
-		engine.APIKeySecretRef = &agentsv1.SecretKeyReference{Name: name, Key: key}
-	}
-	return engine, nil
 }
