@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/render"
 )
 
@@ -158,7 +159,7 @@ func (r *MediaStoreReconciler) users(ctx context.Context, ms *agentsv1.MediaStor
 		return nil, fmt.Errorf("listing worker Deployments that use MediaStore %s: %w", ms.Name, err)
 	}
 	for i := range deployments.Items {
-		owner, err := controllingAgent(ctx, r.Client, &deployments.Items[i])
+		owner, err := flowclaim.ControllingAgent(ctx, r.Client, &deployments.Items[i])
 		if err != nil {
 			return nil, err
 		}

@@ -142,6 +142,13 @@ func pollersOf(taskQueueType string, infos []*taskqueuepb.PollerInfo) []Poller {
 	return out
 }
 
+// Acquire lends the connection's SDK client, for callers that drive
+// sessions through it, such as the gateway. Call release when done; the
+// client is closed once no one used it for the idle timeout.
+func (r *Client) Acquire(ctx context.Context, conn Connection) (c client.Client, release func(), err error) {
+	return r.acquire(ctx, conn)
+}
+
 // acquire returns the connection's client, dialing it if no call has, and
 // a release to call when done with it.
 func (r *Client) acquire(ctx context.Context, conn Connection) (client.Client, func(), error) {

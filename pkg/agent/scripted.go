@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ScriptedReply is what a script answers to one model call.
@@ -18,6 +20,12 @@ type ScriptedReply struct {
 	ToolCalls []ScriptedToolCall
 	// Reasoning, when set, is reported as a reasoning delta and item.
 	Reasoning string
+	// TextChunks, when set, stream Text as these deltas, in order, ChunkDelay
+	// apart, the way a provider streams; they must join to Text. Unset,
+	// Text is one delta.
+	TextChunks []string
+	// ChunkDelay is the pause before each chunk after the first.
+	ChunkDelay time.Duration
 }
 
 // ScriptedToolCall is one tool call of a scripted reply.
@@ -95,8 +103,24 @@ func (m *ScriptedModel) CallModel(ctx context.Context, req ModelRequest, out Out
 		out.ReasoningDelta(reply.Reasoning)
 		add(OutputItem{Type: OutputReasoning, Text: reply.Reasoning})
 	}
+	if len(reply.TextChunks) > 0 && strings.Join(reply.TextChunks, "") != reply.Text {
+		return ModelResponse{}, errors.New("scripted reply: TextChunks do not join to Text")
+	}
 	if reply.Text != "" {
-		out.TextDelta(reply.Text)
+		chunks := reply.TextChunks
+		if len(chunks) == 0 {
+			chunks = []string{reply.Text}
+		}
+		for i, chunk := range chunks {
+			if i > 0 && reply.ChunkDelay > 0 {
+				select {
+				case <-ctx.Done():
+					return ModelResponse{}, ctx.Err()
+				case <-time.After(reply.ChunkDelay):
+				}
+			}
+			out.TextDelta(chunk)
+		}
 		add(OutputItem{Type: OutputText, Text: reply.Text})
 	}
 	for i, call := range reply.ToolCalls {

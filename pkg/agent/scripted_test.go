@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -400,5 +401,37 @@ func TestTheDemoScriptNamesTheImagesItWasShown(t *testing.T) {
 	req.Input[0].Images = nil
 	if reply, _ := agent.DemoScript(req); reply.Text != "Demo reply: look" {
 		t.Errorf("without images: %q", reply.Text)
+	}
+}
+
+func TestScriptedModelStreamsTextInChunks(t *testing.T) {
+	model := agent.NewScriptedModel(func(agent.ModelRequest) (agent.ScriptedReply, error) {
+		return agent.ScriptedReply{Text: "one two three", TextChunks: []string{"one ", "two ", "three"}}, nil
+	})
+	var deltas recordedDeltas
+	resp, err := model.CallModel(context.Background(), agent.ModelRequest{}, &deltas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(deltas.text, []string{"one ", "two ", "three"}) || len(resp.Output) != 1 || resp.Output[0].Text != "one two three" {
+		t.Errorf("deltas = %q, output = %+v, want three deltas and one text item", deltas.text, resp.Output)
+	}
+	mismatched := agent.NewScriptedModel(func(agent.ModelRequest) (agent.ScriptedReply, error) {
+		return agent.ScriptedReply{Text: "one two", TextChunks: []string{"one"}}, nil
+	})
+	if _, err := mismatched.CallModel(context.Background(), agent.ModelRequest{}, &recordedDeltas{}); err == nil {
+		t.Error("chunks that do not join to the text were accepted")
+	}
+	slow := agent.NewScriptedModel(func(agent.ModelRequest) (agent.ScriptedReply, error) {
+		return agent.ScriptedReply{Text: "ab", TextChunks: []string{"a", "b"}, ChunkDelay: time.Hour}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var slowDeltas recordedDeltas
+	done := make(chan error)
+	go func() { _, err := slow.CallModel(ctx, agent.ModelRequest{}, &slowDeltas); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || !slices.Equal(slowDeltas.text, []string{"a"}) {
+		t.Errorf("a call cancelled between chunks = %v with deltas %q", err, slowDeltas.text)
 	}
 }

@@ -39,12 +39,14 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/events"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
 	"github.com/stepwise-run/stepwise/internal/model/messages"
 	"github.com/stepwise-run/stepwise/internal/model/responses"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -329,6 +331,21 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		capacity = 10 << 20
 	}
 	ring := events.NewRing(capacity)
+	var sink engine.EventSink = ring
+	if hubCfg := cfg.EventHub; hubCfg != nil {
+		token, err := hubCfg.Token.Lookup()
+		if err != nil {
+			return fmt.Errorf("eventHub.token: %w", err)
+		}
+		publisher := hubapi.NewPublisher(hubCfg.URL, token, hubapi.PublisherOptions{Logger: logger})
+		// The publisher outlives the worker's stop, so the events of the
+		// Steps that finish while it stops still go out.
+		publishing, stopPublishing := context.WithCancel(context.WithoutCancel(ctx))
+		published := make(chan struct{})
+		go func() { publisher.Run(publishing); close(published) }()
+		defer func() { stopPublishing(); <-published }()
+		sink = teeEvents{ring, publisher}
+	}
 	stepTimings := timings(cfg, def)
 	stopTimeout := opts.StopTimeout
 	if stopTimeout == 0 {
@@ -344,7 +361,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	w := engine.NewWorker(c, engine.WorkerOptions{
 		Version:  workerVersion,
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
-		Runner: runner, Events: ring, Timings: stepTimings, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
+		Runner: runner, Events: sink, Timings: stepTimings, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
 			Identity: rollout.WorkerIdentity(os.Getpid(), host, version.EngineVersion)},
 	})
@@ -388,6 +405,15 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	w.Stop()
 	logger.Info("stopped")
 	return nil
+}
+
+// teeEvents writes each event to several sinks.
+type teeEvents []engine.EventSink
+
+func (t teeEvents) Write(sessionID string, e session.Event) {
+	for _, s := range t {
+		s.Write(sessionID, e)
+	}
 }
 
 // healthServer serves /healthz and /readyz (ready while the worker polls)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 
@@ -63,6 +64,19 @@ type Config struct {
 	ToolSources []ToolSource `json:"toolSources,omitempty"`
 	// MediaStore is where image bytes live; nil refuses images.
 	MediaStore *MediaStore `json:"mediaStore,omitempty"`
+	// EventHub is where the worker publishes session events for gateways
+	// to stream; nil keeps them in the worker.
+	EventHub *EventHub `json:"eventHub,omitempty"`
+}
+
+// EventHub is the event hub a worker publishes to.
+type EventHub struct {
+	// URL is the hub's base URL, http or https, with no path, query or
+	// credentials.
+	URL string `json:"url"`
+	// Token is the Agent's publish token: the hub lets it write this
+	// Agent's sessions only.
+	Token SecretEnv `json:"token"`
 }
 
 // AgentRef names the Agent resource.
@@ -383,11 +397,34 @@ func (c Config) Validate() error {
 			problems = append(problems, "debugAddress: "+err.Error())
 		}
 	}
+	if h := c.EventHub; h != nil {
+		if err := CheckHubURL(h.URL); err != nil {
+			problems = append(problems, "eventHub.url: "+err.Error())
+		}
+		need(h.Token.Env != "", "eventHub.token.env")
+	}
 	if m := c.MediaStore; m != nil && (m.S3 == nil) == (m.LocalDirectory == nil) {
 		problems = append(problems, "mediaStore needs exactly one of s3 or localDirectory")
 	}
 	if len(problems) > 0 {
 		return errors.New("invalid worker config: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// CheckHubURL accepts an event hub's base URL: http or https, a host, and
+// nothing a request would carry elsewhere (credentials, a path, a query).
+func CheckHubURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not a URL", raw)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: the scheme must be http or https", raw)
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("%q has no host", raw)
+	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return fmt.Errorf("%q: only a scheme, host and port are allowed", raw)
 	}
 	return nil
 }

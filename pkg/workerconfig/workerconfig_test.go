@@ -71,6 +71,21 @@ func TestDecodeRefuses(t *testing.T) {
 			want: `debugAddress: "10.0.0.7:8081" is not a loopback address`},
 		{name: "a debug address without a port", mutate: func(c *Config) { c.DebugAddress = "127.0.0.1" },
 			want: `debugAddress: "127.0.0.1" is not host:port`},
+		{name: "an event hub URL with credentials", mutate: func(c *Config) {
+			c.EventHub = &EventHub{URL: "http://user:pw@hub:8090", Token: SecretEnv{Env: "T"}}
+		}, want: `eventHub.url: "http://user:pw@hub:8090": only a scheme, host and port are allowed`},
+		{name: "an event hub URL with a path", mutate: func(c *Config) {
+			c.EventHub = &EventHub{URL: "http://hub:8090/elsewhere", Token: SecretEnv{Env: "T"}}
+		}, want: "eventHub.url: \"http://hub:8090/elsewhere\": only a scheme"},
+		{name: "an event hub URL of another scheme", mutate: func(c *Config) {
+			c.EventHub = &EventHub{URL: "file:///etc/passwd", Token: SecretEnv{Env: "T"}}
+		}, want: "eventHub.url: \"file:///etc/passwd\": the scheme must be http or https"},
+		{name: "an event hub URL without a host", mutate: func(c *Config) {
+			c.EventHub = &EventHub{URL: "http://:8090", Token: SecretEnv{Env: "T"}}
+		}, want: "eventHub.url: \"http://:8090\" has no host"},
+		{name: "an event hub without a token", mutate: func(c *Config) {
+			c.EventHub = &EventHub{URL: "http://hub:8090"}
+		}, want: "eventHub.token.env is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -116,6 +116,16 @@ func main() {
 				}
 			}
 		}
+		// "stream: <n>" answers n words, streamed one at a time 50 ms apart.
+		if _, count, ok := strings.Cut(last, "stream: "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(count))
+			var reply agent.ScriptedReply
+			for i := range n {
+				reply.TextChunks = append(reply.TextChunks, "w"+strconv.Itoa(i+1)+" ")
+			}
+			reply.Text, reply.ChunkDelay = strings.Join(reply.TextChunks, ""), 50*time.Millisecond
+			return reply, nil
+		}
 		// "ask: <question>" asks the user; "wait: <seconds>" waits durably.
 		if _, question, ok := strings.Cut(last, "ask: "); ok {
 			return agent.ScriptedReply{ToolCalls: []agent.ScriptedToolCall{{ID: "q1", Name: "ask_user",
