@@ -34,8 +34,8 @@ KUBESCHEMAS := $(CURDIR)/.local/kubeschemas
 KUBECONFORM_SCHEMA := $(KUBESCHEMAS)/{{ .ResourceKind }}{{ .KindSuffix }}.json
 
 # Files that `make manifests generate` writes.
-GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go \
-	$(CHART)/crds $(CHART)/files/role.yaml
+GENERATED := config/crd/bases config/rbac/role.yaml config/rbac/gateway/role.yaml api/v1alpha1/zz_generated.deepcopy.go \
+	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/gateway-role.yaml
 
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
@@ -55,12 +55,14 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the operator's RBAC role, and copy them into the chart.
-	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=manager-role paths="./..." \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC roles of the operator and the gateway, and copy them into the chart.
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./internal/controller/..." output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=gateway-role paths="./internal/gateway/..." output:rbac:artifacts:config=config/rbac/gateway
 	rm -f $(CHART)/crds/*.yaml
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 	cp config/rbac/role.yaml $(CHART)/files/role.yaml
+	cp config/rbac/gateway/role.yaml $(CHART)/files/gateway-role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the API's deepcopy code.
@@ -148,11 +150,12 @@ bench-scale: envtest ## Apply 1,000 Agents at once to the operator on a real API
 ##@ Build and run
 
 .PHONY: build
-build: ## Build the operator, the stock worker, the example worker and the CLI into bin/.
+build: ## Build the operator, the stock worker, the example worker, the CLI and the gateway into bin/.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/agent-worker ./cmd/agent-worker
 	go build -o $(BIN)/support-worker ./examples/support-worker
 	go build -o $(BIN)/stepwise ./cmd/stepwise
+	go build -o $(BIN)/stepwise-gateway ./cmd/gateway
 
 .PHONY: images
 images: ## Build the OCI image archives of the operator, the workers and the pause image into bin/images, with no container engine.

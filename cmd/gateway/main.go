@@ -1,0 +1,181 @@
+// Command gateway runs stepwise-gateway: the HTTP API of sessions, found by
+// Agent and authorized by Kubernetes RBAC, with their events as Server-Sent
+// Events; and, with --hub-listen, the event hub the workers publish to.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
+	"github.com/stepwise-run/stepwise/internal/engineflags"
+	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/hub"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/version"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+func main() {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(logger); err != nil {
+		logger.Error("the gateway stopped", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(logger *slog.Logger) error {
+	var (
+		listen, hubListen, hubURL, hubKeyFile, audiences string
+	)
+	flag.StringVar(&listen, "listen", ":8080", "Address of the session API and the event streams.")
+	flag.StringVar(&hubListen, "hub-listen", "",
+		"Address where workers publish session events to this process's event hub; empty runs no hub here.")
+	flag.StringVar(&hubURL, "hub-url", "",
+		"http://host:port of the event hub the gateway reads; empty reads this process's hub (--hub-listen). Without either, the gateway serves no events.")
+	flag.StringVar(&hubKeyFile, "hub-key-file", "",
+		"File holding the event hub's key (at least 32 bytes); the hub checks the workers' publish tokens with it and the gateway derives its read token from it.")
+	flag.StringVar(&audiences, "token-audiences", "",
+		"Comma-separated audiences a Kubernetes bearer token must be for; empty takes the API server's.")
+	engineFlags := engineflags.Bind(flag.CommandLine)
+	flag.Parse()
+
+	defaultEngine, err := engineFlags.Engine()
+	if err != nil {
+		return err
+	}
+	var keys *hubapi.Keyring
+	if hubListen != "" || hubURL != "" {
+		if keys, err = readKeyring(hubKeyFile); err != nil {
+			return err
+		}
+	}
+	if hubURL != "" {
+		if err := workerconfig.CheckHubURL(hubURL); err != nil {
+			return fmt.Errorf("--hub-url: %w", err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	servers := map[string]http.Handler{}
+	if hubListen != "" {
+		h := hub.New(hub.NewEpoch(), hub.DefaultLimits, time.Now)
+		servers[hubListen] = hubapi.NewServer(h, keys).Handler()
+		if hubURL == "" {
+			hubURL, err = localURL(hubListen)
+			if err != nil {
+				return err
+			}
+		}
+	}
+
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		return fmt.Errorf("building the scheme: %w", err)
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	kube, err := gateway.NewKubernetesClient(ctx, cfg, scheme)
+	if err != nil {
+		return err
+	}
+	engines := engineadmin.New(logr.FromSlogHandler(logger.Handler()))
+	defer engines.Close()
+	opts := gateway.Options{
+		Agents:     &gateway.KubernetesAgents{Reader: kube, DefaultEngine: defaultEngine, Engines: engines},
+		Authorizer: &gateway.KubernetesAuthorizer{Client: kube, Audiences: splitList(audiences)},
+		Logger:     logger,
+	}
+	if hubURL != "" {
+		opts.Hub = hubapi.NewReader(hubURL, keys.ReadToken(), nil)
+	}
+	servers[listen] = gateway.New(opts).Handler()
+
+	logger.Info("starting the gateway", "version", version.Operator, "listen", listen, "hubListen", hubListen, "hubURL", hubURL,
+		"defaultEngine", engineFlags.Address)
+	return serve(ctx, logger, servers)
+}
+
+// serve runs one HTTP server per address until ctx ends, then lets each
+// finish its requests for a few seconds; event streams end then, and
+// browsers resume them on another replica.
+func serve(ctx context.Context, logger *slog.Logger, servers map[string]http.Handler) error {
+	errs := make(chan error, len(servers))
+	var running []*http.Server
+	for addr, handler := range servers {
+		srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+		running = append(running, srv)
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("serving %s: %w", addr, err)
+			}
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range running {
+		if serr := srv.Shutdown(shutdown); serr != nil {
+			logger.Warn("stopping a server", "addr", srv.Addr, "error", serr)
+		}
+	}
+	return err
+}
+
+func readKeyring(path string) (*hubapi.Keyring, error) {
+	if path == "" {
+		return nil, errors.New("--hub-key-file is required with --hub-listen or --hub-url")
+	}
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-key-file: %w", err)
+	}
+	keys, err := hubapi.NewKeyring([]byte(strings.TrimSpace(string(key))))
+	if err != nil {
+		return nil, fmt.Errorf("--hub-key-file %s: %w", path, err)
+	}
+	return keys, nil
+}
+
+// localURL is the URL of this process's hub at a listen address.
+func localURL(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("--hub-listen %q: %w", listen, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,339 @@
+// Package gateway is the HTTP face of sessions: every session request and
+// query of the Go client, addressed by Agent rather than by engine address
+// and Flow type, each authorized for the caller on that Agent, and each
+// session's events as Server-Sent Events from the event hub.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/stepwise-run/stepwise/internal/hubapi"
+	sessions "github.com/stepwise-run/stepwise/pkg/client"
+)
+
+// AgentRef names an Agent.
+type AgentRef struct {
+	Namespace string
+	Name      string
+}
+
+func (a AgentRef) String() string { return a.Namespace + "/" + a.Name }
+
+// Target is what driving one Agent's sessions takes.
+type Target struct {
+	// Client is an SDK client of the Agent's engine, for as long as the
+	// request runs.
+	Client    client.Client
+	FlowType  string
+	TaskQueue string
+}
+
+// Agents finds Agents' engines.
+type Agents interface {
+	// Target returns the Agent's engine and a release to call once the
+	// request is done. It returns ErrAgentNotFound for an Agent that does
+	// not exist.
+	Target(ctx context.Context, ref AgentRef) (Target, func(), error)
+}
+
+// ErrAgentNotFound is an Agent that does not exist.
+var ErrAgentNotFound = errors.New("agent not found")
+
+// Verb is what a route does to an Agent's sessions, as RBAC names it on the
+// agents/sessions subresource.
+type Verb string
+
+// The verbs on agents/sessions.
+const (
+	// VerbGet reads snapshots, messages and events.
+	VerbGet Verb = "get"
+	// VerbCreate starts sessions.
+	VerbCreate Verb = "create"
+	// VerbSend sends, steers and deletes queued messages.
+	VerbSend Verb = "send"
+	// VerbApprove approves and rejects tool calls, and executes plans.
+	VerbApprove Verb = "approve"
+	// VerbAnswer answers questions.
+	VerbAnswer Verb = "answer"
+	// VerbCancel cancels turns.
+	VerbCancel Verb = "cancel"
+	// VerbUpdate changes session settings.
+	VerbUpdate Verb = "update"
+)
+
+// Authorizer decides whether a request's caller may do verb on an Agent's
+// sessions. It returns an error wrapping ErrUnauthenticated or ErrForbidden
+// to refuse.
+type Authorizer interface {
+	Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error
+}
+
+// Refusals of an Authorizer.
+var (
+	ErrUnauthenticated = errors.New("unauthenticated")
+	ErrForbidden       = errors.New("forbidden")
+)
+
+// Options configure a Server.
+type Options struct {
+	Agents     Agents
+	Authorizer Authorizer
+	// Hub reads session events; nil serves no events and no resume tokens.
+	Hub *hubapi.Reader
+	// KeepAlive is how often an idle event stream sends a comment; default
+	// 15 s, below the idle timeouts of common proxies.
+	KeepAlive time.Duration
+	// RequestTimeout bounds a session request; default 30 s. A request that
+	// no worker ran by then answers 202 with its request ID.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Server serves the gateway's routes.
+type Server struct {
+	opts Options
+}
+
+// New returns a server.
+func New(opts Options) *Server {
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 15 * time.Second
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{opts: opts}
+}
+
+// SessionPath is the prefix of one session's routes.
+const SessionPath = "/api/v1/namespaces/{namespace}/agents/{agent}/sessions/{session}"
+
+// maxBodyBytes bounds a request body: a message with its image references.
+const maxBodyBytes = 4 << 20
+
+// Handler returns the routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	routes := []struct {
+		pattern string
+		verb    Verb
+		handle  func(*call) (any, error)
+		start   bool
+	}{
+		{"POST " + SessionPath, VerbCreate, s.start, true},
+		{"GET " + SessionPath + "/snapshot", VerbGet, s.snapshot, false},
+		{"GET " + SessionPath + "/messages", VerbGet, s.messages, false},
+		{"POST " + SessionPath + "/messages", VerbSend, s.send, false},
+		{"POST " + SessionPath + "/steer", VerbSend, s.steer, false},
+		{"DELETE " + SessionPath + "/queued/{message}", VerbSend, s.deleteQueued, false},
+		{"POST " + SessionPath + "/turns/{turn}/cancel", VerbCancel, s.cancelTurn, false},
+		{"POST " + SessionPath + "/interrupts/{interrupt}/approve", VerbApprove, s.approve, false},
+		{"POST " + SessionPath + "/interrupts/{interrupt}/reject", VerbApprove, s.reject, false},
+		{"POST " + SessionPath + "/interrupts/{interrupt}/answer", VerbAnswer, s.answer, false},
+		{"POST " + SessionPath + "/plan/execute", VerbApprove, s.executePlan, false},
+		{"PUT " + SessionPath + "/settings", VerbUpdate, s.updateSettings, false},
+	}
+	for _, rt := range routes {
+		mux.Handle(rt.pattern, s.route(rt.verb, rt.start, rt.handle))
+	}
+	mux.Handle("GET "+SessionPath+"/events", s.route(VerbGet, false, nil))
+	return mux
+}
+
+// call is one authorized request on one session.
+type call struct {
+	w         http.ResponseWriter
+	r         *http.Request
+	ctx       context.Context
+	agent     AgentRef
+	sessionID string
+	target    Target
+	sessions  *sessions.Sessions
+}
+
+// decode reads the JSON body into v; unknown fields are refused, so a
+// misspelt field is not silently dropped.
+func (c *call) decode(v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(c.w, c.r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return badRequest("body", fmt.Sprintf("a request body carries at most %d bytes", maxBodyBytes))
+		}
+		return badRequest("body", "not the JSON this route takes: "+err.Error())
+	}
+	return nil
+}
+
+var (
+	namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	agentPattern     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	// sessionPattern is what a session ID may hold to be reached through
+	// the gateway: safe in a URL path segment and in a log line.
+	sessionPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,255}$`)
+	idPattern      = sessionPattern
+)
+
+// route authorizes a request, finds the Agent's engine and checks that the
+// session is the Agent's before handle runs. A nil handle streams events.
+func (s *Server) route(verb Verb, start bool, handle func(*call) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ref := AgentRef{Namespace: r.PathValue("namespace"), Name: r.PathValue("agent")}
+		sessionID := r.PathValue("session")
+		switch {
+		case !namespacePattern.MatchString(ref.Namespace):
+			s.fail(w, r, badRequest("namespace", fmt.Sprintf("%q is not a namespace name", ref.Namespace)))
+			return
+		case !agentPattern.MatchString(ref.Name):
+			s.fail(w, r, badRequest("agent", fmt.Sprintf("%q is not an Agent name", ref.Name)))
+			return
+		case !sessionPattern.MatchString(sessionID):
+			s.fail(w, r, badRequest("session", fmt.Sprintf("%q is not a session ID the gateway serves: 1 to 256 letters, digits and ._:@=+-, starting with a letter or digit", sessionID)))
+			return
+		}
+		for _, name := range []string{"message", "turn", "interrupt"} {
+			if v := r.PathValue(name); v != "" && !idPattern.MatchString(v) {
+				s.fail(w, r, badRequest(name, fmt.Sprintf("%q is not an ID", v)))
+				return
+			}
+		}
+		if err := s.opts.Authorizer.Authorize(r.Context(), r, ref, verb); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		ctx := r.Context()
+		if handle != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+			defer cancel()
+		}
+		target, release, err := s.opts.Agents.Target(ctx, ref)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		defer release()
+		c := &call{w: w, r: r, ctx: ctx, agent: ref, sessionID: sessionID, target: target,
+			sessions: sessions.New(target.Client, target.FlowType, target.TaskQueue)}
+		if err := s.checkSession(c, start); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if handle == nil {
+			s.events(c)
+			return
+		}
+		out, err := handle(c)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+// checkSession makes sure the session runs the Agent's Flow type. Session
+// IDs are unique per engine namespace, not per Agent, so without this check
+// a caller allowed on one Agent could reach another Agent's session by its
+// ID. A start may name a session that does not exist yet.
+func (s *Server) checkSession(c *call, start bool) error {
+	desc, err := c.target.Client.DescribeWorkflow(c.ctx, c.sessionID, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		if start {
+			return nil
+		}
+		return sessionNotFound(c)
+	case err != nil:
+		return fmt.Errorf("reading session %s: %w", c.sessionID, err)
+	}
+	if desc.RawResponse.GetWorkflowExecutionInfo().GetType().GetName() != c.target.FlowType {
+		if start {
+			return &httpError{status: http.StatusConflict, reason: "session_exists",
+				message: fmt.Sprintf("session ID %s is taken", c.sessionID)}
+		}
+		return sessionNotFound(c)
+	}
+	return nil
+}
+
+func sessionNotFound(c *call) error {
+	return &httpError{status: http.StatusNotFound, reason: "not_found",
+		message: fmt.Sprintf("Agent %s has no session %s", c.agent, c.sessionID)}
+}
+
+// httpError is a refusal with its status and stable reason.
+type httpError struct {
+	status  int
+	reason  string
+	message string
+}
+
+func (e *httpError) Error() string { return e.message }
+
+func badRequest(field, message string) error {
+	return &httpError{status: http.StatusBadRequest, reason: "bad_request", message: field + ": " + message}
+}
+
+// ErrorBody is every refusal's body.
+type ErrorBody struct {
+	// Reason is stable, for programs: bad_request, unauthenticated,
+	// forbidden, not_found, session_exists, invalid_token, expired_token,
+	// invalid_image, invalid_settings, feature_not_in_effect, no_event_hub,
+	// engine_error.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// fail answers an error with its status. Engine errors are logged, and the
+// caller gets a message without the engine's details.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var he *httpError
+	var pending *sessions.PendingError
+	var feature *sessions.FeatureError
+	switch {
+	case errors.As(err, &he):
+		writeJSON(w, he.status, ErrorBody{Reason: he.reason, Message: he.message})
+	case errors.Is(err, ErrUnauthenticated):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stepwise"`)
+		writeJSON(w, http.StatusUnauthorized, ErrorBody{Reason: "unauthenticated", Message: err.Error()})
+	case errors.Is(err, ErrForbidden):
+		writeJSON(w, http.StatusForbidden, ErrorBody{Reason: "forbidden", Message: err.Error()})
+	case errors.Is(err, ErrAgentNotFound):
+		writeJSON(w, http.StatusNotFound, ErrorBody{Reason: "not_found", Message: err.Error()})
+	case errors.As(err, &pending):
+		writeJSON(w, http.StatusAccepted, Pending{Accepted: false, Pending: true, RequestID: pending.RequestID,
+			WaitingForWorker: pending.NoWorker, Message: pending.Error()})
+	case errors.As(err, &feature):
+		writeJSON(w, http.StatusConflict, ErrorBody{Reason: "feature_not_in_effect", Message: feature.Error()})
+	case errors.Is(err, sessions.ErrInvalidImage):
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Reason: "invalid_image", Message: err.Error()})
+	case errors.Is(err, sessions.ErrInvalidSettings):
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Reason: "invalid_settings", Message: err.Error()})
+	default:
+		s.opts.Logger.Error("a session request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		writeJSON(w, http.StatusBadGateway, ErrorBody{Reason: "engine_error", Message: "the engine did not answer the request; see the gateway's log"})
+	}
+}

@@ -1,0 +1,463 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stepwise-run/stepwise/internal/enginetest"
+	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/hub"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
+	sessions "github.com/stepwise-run/stepwise/pkg/client"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
+)
+
+// agents serves Agents of one engine by their Flow types; the Kubernetes
+// resolver has its own tests against an API server.
+type agents struct {
+	stack     *enginetest.Stack
+	flowTypes map[gateway.AgentRef]string
+}
+
+func (a agents) Target(_ context.Context, ref gateway.AgentRef) (gateway.Target, func(), error) {
+	flowType, ok := a.flowTypes[ref]
+	if !ok {
+		return gateway.Target{}, nil, fmt.Errorf("%w: %s", gateway.ErrAgentNotFound, ref)
+	}
+	return gateway.Target{Client: a.stack.Client, FlowType: flowType, TaskQueue: "stepwise/" + flowType}, func() {}, nil
+}
+
+var (
+	support  = gateway.AgentRef{Namespace: "team-a", Name: "support"}
+	billing  = gateway.AgentRef{Namespace: "team-a", Name: "billing"}
+	allVerbs = []gateway.Verb{gateway.VerbGet, gateway.VerbCreate, gateway.VerbSend, gateway.VerbApprove,
+		gateway.VerbAnswer, gateway.VerbCancel, gateway.VerbUpdate}
+)
+
+// Tokens of the test's applications.
+const (
+	operatorToken = "operator-token-0123456789"
+	readerToken   = "reader-token-0123456789"
+	otherNSToken  = "other-namespace-token-0123"
+)
+
+type fixture struct {
+	stack   *enginetest.Stack
+	worker  *enginetest.Worker
+	hub     *hub.Hub
+	gateway string
+}
+
+// start runs a dev server, a worker of Agent team-a/support that publishes
+// to an event hub, and a gateway in front of both.
+func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
+	t.Helper()
+	stack := enginetest.NewStack(t, "GatewaySupport")
+	keys, err := hubapi.NewKeyring(bytes.Repeat([]byte("k"), 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hub.New(hub.NewEpoch(), hub.Limits{}, time.Now)
+	hubServer := httptest.NewServer(hubapi.NewServer(h, keys).Handler())
+	// Streams and long polls stay open until their clients go: cut them,
+	// or Close waits for them.
+	t.Cleanup(func() { hubServer.CloseClientConnections(); hubServer.Close() })
+	stack.Config.Agent = workerconfig.AgentRef{Namespace: support.Namespace, Name: support.Name}
+	stack.Config.EventHub = &workerconfig.EventHub{URL: hubServer.URL, Token: workerconfig.SecretEnv{Env: "STEPWISE_EVENT_HUB_TOKEN"}}
+	stack.Env = append(stack.Env, "STEPWISE_EVENT_HUB_TOKEN="+keys.PublishToken(support.Namespace, support.Name))
+	worker := stack.StartWorker()
+
+	auth := &gateway.TokenAuthorizer{}
+	auth.SetGrants(map[string]gateway.Grant{
+		operatorToken: {Source: "Secret team-a/operator", Namespace: "team-a", Verbs: allVerbs},
+		readerToken:   {Source: "Secret team-a/reader", Namespace: "team-a", Agents: []string{"support"}, Verbs: []gateway.Verb{gateway.VerbGet}},
+		otherNSToken:  {Source: "Secret team-b/app", Namespace: "team-b", Verbs: allVerbs},
+	})
+	o := gateway.Options{
+		Agents:     agents{stack: stack, flowTypes: map[gateway.AgentRef]string{support: "GatewaySupport", billing: "GatewayBilling"}},
+		Authorizer: auth,
+		Hub:        hubapi.NewReader(hubServer.URL, keys.ReadToken(), nil),
+		KeepAlive:  300 * time.Millisecond,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	gw := httptest.NewServer(gateway.New(o).Handler())
+	t.Cleanup(func() { gw.CloseClientConnections(); gw.Close() })
+	return &fixture{stack: stack, worker: worker, hub: h, gateway: gw.URL}
+}
+
+func sessionURL(f *fixture, ref gateway.AgentRef, id string) string {
+	return fmt.Sprintf("%s/api/v1/namespaces/%s/agents/%s/sessions/%s", f.gateway, ref.Namespace, ref.Name, id)
+}
+
+// call sends a request and decodes the JSON answer into out.
+func call(t *testing.T, method, url, token string, body any, out any) int {
+	t.Helper()
+	var reader io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reader = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, url, reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s answered %d %q: %v", method, url, resp.StatusCode, raw, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func mustAccept(t *testing.T, method, url string, body any) {
+	t.Helper()
+	var got gateway.Accepted
+	if status := call(t, method, url, operatorToken, body, &got); status != http.StatusOK || !got.Accepted {
+		t.Fatalf("%s %s = %d %+v, want 200 accepted", method, url, status, got)
+	}
+}
+
+func snapshot(t *testing.T, f *fixture, id string) gateway.SnapshotResponse {
+	t.Helper()
+	var snap gateway.SnapshotResponse
+	if status := call(t, http.MethodGet, sessionURL(f, support, id)+"/snapshot", readerToken, nil, &snap); status != http.StatusOK {
+		t.Fatalf("snapshot = %d", status)
+	}
+	return snap
+}
+
+func waitSnapshot(t *testing.T, f *fixture, id, what string, cond func(gateway.SnapshotResponse) bool) gateway.SnapshotResponse {
+	t.Helper()
+	var snap gateway.SnapshotResponse
+	enginetest.Eventually(t, 30*time.Second, what, func() (bool, error) {
+		snap = snapshot(t, f, id)
+		return cond(snap), nil
+	})
+	return snap
+}
+
+// frame is one Server-Sent Event, or a comment.
+type frame struct {
+	id      string
+	event   gateway.Event
+	comment string
+}
+
+// stream opens a session's events and returns its frames as they come.
+func stream(t *testing.T, ctx context.Context, f *fixture, id, lastEventID string) (<-chan frame, int) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, sessionURL(f, support, id)+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+readerToken)
+	req.Header.Set("Last-Event-ID", lastEventID)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // the frame reader below closes it when the stream ends
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		return nil, resp.StatusCode
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	frames := make(chan frame, 1024)
+	go func() {
+		defer close(frames)
+		defer func() { _ = resp.Body.Close() }()
+		scanner := bufio.NewScanner(resp.Body)
+		var cur frame
+		for scanner.Scan() {
+			line := scanner.Text()
+			switch {
+			case line == "":
+				frames <- cur
+				cur = frame{}
+			case strings.HasPrefix(line, ":"):
+				cur.comment = strings.TrimSpace(line[1:])
+			case strings.HasPrefix(line, "id: "):
+				cur.id = line[4:]
+			case strings.HasPrefix(line, "data: "):
+				if err := json.Unmarshal([]byte(line[6:]), &cur.event); err != nil {
+					t.Errorf("data %q: %v", line, err)
+				}
+			}
+		}
+	}()
+	return frames, http.StatusOK
+}
+
+// textUntil reads frames until the turn completes or n text deltas came,
+// and returns the text and the last event ID.
+func textUntil(t *testing.T, frames <-chan frame, n int) (text string, lastID string, deltas int) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case fr, ok := <-frames:
+			if !ok {
+				t.Fatalf("the stream ended after %q", text)
+			}
+			if fr.id != "" {
+				lastID = fr.id
+			}
+			switch fr.event.Type {
+			case "text_delta":
+				var p struct{ Text string }
+				if err := json.Unmarshal([]byte(fr.event.Payload), &p); err != nil {
+					t.Fatalf("payload %q: %v", fr.event.Payload, err)
+				}
+				text += p.Text
+				deltas++
+				if deltas == n {
+					return text, lastID, deltas
+				}
+			case "turn_completed":
+				return text, lastID, deltas
+			}
+		case <-timeout:
+			t.Fatalf("no turn end within 30s; text so far %q", text)
+		}
+	}
+}
+
+func words(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "w%d ", i+1)
+	}
+	return b.String()
+}
+
+func TestATurnStreamsAndResumesAfterACutWithNoRepeatedOrMissingText(t *testing.T) {
+	f := start(t)
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-stream"), gateway.StartRequest{Message: "stream: 40"})
+	snap := waitSnapshot(t, f, "s-stream", "the turn to start", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State != nil && s.Snapshot.State.ActiveTurnID != ""
+	})
+	if snap.ResumeToken == "" {
+		t.Fatal("the snapshot of a running turn has no resume token")
+	}
+	ctx, cut := context.WithCancel(context.Background())
+	frames, status := stream(t, ctx, f, "s-stream", snap.ResumeToken)
+	if status != http.StatusOK {
+		t.Fatalf("events = %d", status)
+	}
+	// The token replays the running turn from its start: the first part of
+	// the text is whole even though the stream opened after it streamed.
+	first, lastID, n := textUntil(t, frames, 10)
+	cut()
+	if n != 10 || !strings.HasPrefix(first, "w1 ") {
+		t.Fatalf("before the cut: %q", first)
+	}
+	rest, resumeStatus := stream(t, context.Background(), f, "s-stream", lastID)
+	if resumeStatus != http.StatusOK {
+		t.Fatalf("resuming = %d", resumeStatus)
+	}
+	second, _, _ := textUntil(t, rest, -1)
+	if got := first + second; got != words(40) {
+		t.Errorf("streamed text = %q, want %q once", got, words(40))
+	}
+	final := waitSnapshot(t, f, "s-stream", "the turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State.ActiveTurnID == ""
+	})
+	if msgs := final.Snapshot.Messages; len(msgs) == 0 || !strings.Contains(msgs[len(msgs)-1].Text, "w40") {
+		t.Errorf("the stored answer = %+v", msgs)
+	}
+}
+
+func TestAnIdleStreamSendsKeepAlivesAndRefusesTokensItCannotHonour(t *testing.T) {
+	f := start(t)
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-idle"), gateway.StartRequest{Message: "hello"})
+	snap := waitSnapshot(t, f, "s-idle", "the first turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 1 && s.Snapshot.State.ActiveTurnID == ""
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	frames, status := stream(t, ctx, f, "s-idle", snap.ResumeToken)
+	if status != http.StatusOK {
+		t.Fatalf("events = %d", status)
+	}
+	select {
+	case fr := <-frames:
+		if fr.comment != "keep-alive" {
+			t.Errorf("an idle stream's first frame = %+v, want the keep-alive comment", fr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no keep-alive within 10 s at a 300 ms interval")
+	}
+
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-other"), gateway.StartRequest{})
+	otherSnap := snapshot(t, f, "s-other")
+	for name, token := range map[string]string{
+		"another session's token": otherSnap.ResumeToken,
+		"a token of no hub":       "v1.00.1.1.00",
+		"garbage":                 "garbage",
+		"no token":                "",
+	} {
+		if _, status := stream(t, context.Background(), f, "s-idle", token); status != http.StatusBadRequest {
+			t.Errorf("events with %s = %d, want 400, which stops an EventSource", name, status)
+		}
+	}
+	var refusal gateway.ErrorBody
+	req := sessionURL(f, support, "s-idle") + "/events?resumeToken=" + otherSnap.ResumeToken
+	if call(t, http.MethodGet, req, readerToken, nil, &refusal); refusal.Reason != "invalid_token" {
+		t.Errorf("another session's token as a query parameter: %+v", refusal)
+	}
+}
+
+func TestApprovalsQuestionsAndCancelsGoThroughTheGatewayOnce(t *testing.T) {
+	f := start(t)
+	base := sessionURL(f, support, "s-hitl")
+	mustAccept(t, http.MethodPost, base, gateway.StartRequest{Message: "tools: write_approved"})
+	snap := waitSnapshot(t, f, "s-hitl", "an approval", func(s gateway.SnapshotResponse) bool {
+		return len(s.Snapshot.PendingInterrupts) == 1
+	})
+	approval := snap.Snapshot.PendingInterrupts[0]
+	if approval.Kind != sessions.InterruptApproval || approval.ToolName != "write_approved" {
+		t.Fatalf("pending = %+v", approval)
+	}
+	// The reader may read, not approve.
+	var refusal gateway.ErrorBody
+	if status := call(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", readerToken, nil, &refusal); status != http.StatusForbidden ||
+		!strings.Contains(refusal.Message, "may not approve sessions of Agent team-a/support") {
+		t.Errorf("approve with a read-only token = %d %+v", status, refusal)
+	}
+	mustAccept(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", gateway.RequestBody{RequestID: "approve-1"})
+	// The same request again answers the same, and the tool runs once.
+	mustAccept(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", gateway.RequestBody{RequestID: "approve-1"})
+	waitSnapshot(t, f, "s-hitl", "the turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State.ActiveTurnID == "" && s.Snapshot.State.TurnCount == 1
+	})
+	runs := 0
+	for _, c := range f.stack.Calls() {
+		if c[0] == "write_approved" {
+			runs++
+		}
+	}
+	if runs != 1 {
+		t.Errorf("write_approved ran %d times, want once", runs)
+	}
+
+	mustAccept(t, http.MethodPost, base+"/messages", gateway.SendRequest{Text: "ask: which color?"})
+	snap = waitSnapshot(t, f, "s-hitl", "a question", func(s gateway.SnapshotResponse) bool {
+		return len(s.Snapshot.PendingInterrupts) == 1 && s.Snapshot.PendingInterrupts[0].Kind == sessions.InterruptQuestion
+	})
+	mustAccept(t, http.MethodPost, base+"/interrupts/"+snap.Snapshot.PendingInterrupts[0].ID+"/answer", gateway.AnswerRequest{Answer: "red"})
+	waitSnapshot(t, f, "s-hitl", "the answered turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State.ActiveTurnID == "" && s.Snapshot.State.TurnCount == 2
+	})
+
+	mustAccept(t, http.MethodPost, base+"/messages", gateway.SendRequest{Text: "wait: 3600"})
+	snap = waitSnapshot(t, f, "s-hitl", "a durable wait", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State.TurnCount == 3 && s.Snapshot.State.ActiveTurnID != ""
+	})
+	mustAccept(t, http.MethodPost, base+"/turns/"+snap.Snapshot.State.ActiveTurnID+"/cancel", nil)
+	waitSnapshot(t, f, "s-hitl", "the cancelled turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State.ActiveTurnID == ""
+	})
+	var page sessions.MessagesPage
+	if status := call(t, http.MethodGet, base+"/messages?limit=2", readerToken, nil, &page); status != http.StatusOK || len(page.Messages) != 2 {
+		t.Errorf("messages = %d %+v", status, page)
+	}
+}
+
+func TestTheGatewayRefusesCallersAndRequestsItMustNotServe(t *testing.T) {
+	f := start(t)
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1"), gateway.StartRequest{Message: "hello"})
+	// A session of another Agent on the same engine, started directly.
+	other := sessions.New(f.stack.Client, "GatewayBilling", "stepwise/GatewayBilling")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = other.Start(ctx, "s-billing", "")
+	enginetest.Eventually(t, 10*time.Second, "the billing session to exist", func() (bool, error) {
+		_, err := f.stack.Client.DescribeWorkflow(context.Background(), "s-billing", "")
+		return err == nil, nil
+	})
+	s1 := sessionURL(f, support, "s-1")
+	cases := []struct {
+		name, method, url, token string
+		body                     any
+		status                   int
+		reason, mentions         string
+	}{
+		{"no token", "GET", s1 + "/snapshot", "", nil, 401, "unauthenticated", "bearer token is required"},
+		{"an unknown token", "GET", s1 + "/snapshot", "nobody", nil, 401, "unauthenticated", "not known"},
+		{"another namespace's token", "GET", s1 + "/snapshot", otherNSToken, nil, 403, "forbidden", "may not get sessions of Agent team-a/support"},
+		{"a verb the token lacks", "POST", s1 + "/messages", readerToken, gateway.SendRequest{Text: "x"}, 403, "forbidden", "may not send"},
+		{"an Agent the token does not name", "GET", sessionURL(f, billing, "s-billing") + "/snapshot", readerToken, nil, 403, "forbidden", "Agent team-a/billing"},
+		{"another Agent's session through this Agent", "GET", sessionURL(f, support, "s-billing") + "/snapshot", operatorToken, nil, 404, "not_found", "Agent team-a/support has no session s-billing"},
+		{"starting a session ID another Agent holds", "POST", sessionURL(f, support, "s-billing"), operatorToken, gateway.StartRequest{Message: "x"}, 409, "session_exists", "s-billing is taken"},
+		{"a session that does not exist", "GET", sessionURL(f, support, "s-none") + "/snapshot", operatorToken, nil, 404, "not_found", "no session s-none"},
+		{"an Agent that does not exist", "GET", sessionURL(f, gateway.AgentRef{Namespace: "team-a", Name: "nobody"}, "s-1") + "/snapshot", operatorToken, nil, 404, "not_found", "team-a/nobody"},
+		{"a session ID with a space", "GET", sessionURL(f, support, "s%201") + "/snapshot", operatorToken, nil, 400, "bad_request", "session:"},
+		{"a namespace in capitals", "GET", sessionURL(f, gateway.AgentRef{Namespace: "Team-A", Name: "support"}, "s-1") + "/snapshot", operatorToken, nil, 400, "bad_request", "namespace:"},
+		{"an unknown body field", "POST", s1 + "/messages", operatorToken, map[string]any{"txt": "x"}, 400, "bad_request", `unknown field "txt"`},
+		{"a steer with text and a queued message", "POST", s1 + "/steer", operatorToken, gateway.SteerRequest{Text: "a", QueuedMessageID: "b"}, 400, "bad_request", "one of text or queuedMessageId"},
+		{"a plan revision of 0", "POST", s1 + "/plan/execute", operatorToken, gateway.ExecutePlanRequest{}, 400, "bad_request", "revision: 0"},
+		{"settings that are not given", "PUT", s1 + "/settings", operatorToken, map[string]any{}, 400, "bad_request", "settings: required"},
+		{"an image reference of nothing", "POST", s1 + "/messages", operatorToken, gateway.SendRequest{Text: "x", Images: []sessions.ImageReference{{Type: "image"}}}, 400, "invalid_image", "invalid image"},
+		{"a page limit of 0", "GET", s1 + "/messages?limit=0", operatorToken, nil, 400, "bad_request", "limit:"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var refusal gateway.ErrorBody
+			status := call(t, c.method, c.url, c.token, c.body, &refusal)
+			if status != c.status || refusal.Reason != c.reason || !strings.Contains(refusal.Message, c.mentions) {
+				t.Errorf("= %d %+v, want %d %s naming %q", status, refusal, c.status, c.reason, c.mentions)
+			}
+		})
+	}
+	big := strings.Repeat("x", 5<<20)
+	var refusal gateway.ErrorBody
+	if status := call(t, "POST", s1+"/messages", operatorToken, gateway.SendRequest{Text: big}, &refusal); status != 400 || !strings.Contains(refusal.Message, "at most") {
+		t.Errorf("a 5 MiB body = %d %+v", status, refusal)
+	}
+}
+
+func TestARequestNoWorkerRunsAnswers202WithItsRequestID(t *testing.T) {
+	f := start(t, func(o *gateway.Options) { o.RequestTimeout = 3 * time.Second })
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1"), gateway.StartRequest{Message: "hello"})
+	waitSnapshot(t, f, "s-1", "the first turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 1 && s.Snapshot.State.ActiveTurnID == ""
+	})
+	f.worker.Kill()
+	var pending gateway.Pending
+	status := call(t, http.MethodPost, sessionURL(f, support, "s-1")+"/messages", operatorToken,
+		gateway.SendRequest{Text: "are you there?", RequestID: "later-1"}, &pending)
+	// Whether the gateway can tell that no worker polls depends on how long
+	// ago the last one did; the request ID is what the caller needs.
+	if status != http.StatusAccepted || !pending.Pending || pending.RequestID != "later-1" {
+		t.Fatalf("a send with no worker = %d %+v, want 202 pending with its request ID", status, pending)
+	}
+	// Once a worker runs again, the same request ID learns the outcome of
+	// the one request, which ran once.
+	f.stack.StartWorker()
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1")+"/messages", gateway.SendRequest{Text: "are you there?", RequestID: "later-1"})
+	waitSnapshot(t, f, "s-1", "the second turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 2 && s.Snapshot.State.ActiveTurnID == ""
+	})
+}

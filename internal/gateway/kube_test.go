@@ -1,0 +1,226 @@
+package gateway_test
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
+	"github.com/stepwise-run/stepwise/internal/enginetest"
+	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/render"
+)
+
+// kube runs an API server with the CRDs, an admin client, and a client of
+// the gateway's own identity bound to its generated role alone, so the tests
+// also show the role is enough.
+type kube struct {
+	admin   client.Client
+	gateway client.Client
+}
+
+func startKube(t *testing.T) *kube {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS must name the directory with kube-apiserver and etcd; run the tests with make test")
+	}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "gateway", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(raw, role); err != nil {
+		t.Fatal(err)
+	}
+	must(t, admin.Create(ctx, role))
+	must(t, admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "stepwise-gateway"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "stepwise-gateway"}},
+	}))
+	user, err := env.AddUser(envtest.User{Name: "stepwise-gateway"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.NewKubernetesClient(ctx, user.Config(), scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kube{admin: admin, gateway: gw}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serviceAccountToken makes a ServiceAccount and returns a token of it for
+// the audiences.
+func (k *kube) serviceAccountToken(t *testing.T, namespace, name string, audiences ...string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	must(t, k.admin.Create(t.Context(), sa))
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}
+	must(t, k.admin.SubResource("token").Create(t.Context(), sa, req))
+	return req.Status.Token
+}
+
+func requestWith(token string) *http.Request {
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	return r
+}
+
+func TestKubernetesAuthorizerAsksRBACForTheVerbOnTheAgent(t *testing.T) {
+	k := startKube(t)
+	ctx := t.Context()
+	for _, ns := range []string{"team-a", "team-b"} {
+		must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	// An approver of support's sessions, by name, and nothing else.
+	must(t, k.admin.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "support-approver"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{agentsv1.GroupVersion.Group}, Resources: []string{"agents/sessions"},
+			ResourceNames: []string{"support"}, Verbs: []string{"get", "approve"}}},
+	}))
+	must(t, k.admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "support-approver"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "support-approver"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "team-a", Name: "approver"}},
+	}))
+	approver := k.serviceAccountToken(t, "team-a", "approver", "stepwise-gateway")
+	otherAudience := k.serviceAccountToken(t, "team-a", "elsewhere", "another-service")
+
+	auth := &gateway.KubernetesAuthorizer{Client: k.gateway, Audiences: []string{"stepwise-gateway"}}
+	supportRef := gateway.AgentRef{Namespace: "team-a", Name: "support"}
+	cases := []struct {
+		name  string
+		token string
+		ref   gateway.AgentRef
+		verb  gateway.Verb
+		want  error
+	}{
+		{"the granted verb", approver, supportRef, gateway.VerbApprove, nil},
+		{"reading", approver, supportRef, gateway.VerbGet, nil},
+		{"a verb the Role leaves out", approver, supportRef, gateway.VerbSend, gateway.ErrForbidden},
+		{"another Agent of the namespace", approver, gateway.AgentRef{Namespace: "team-a", Name: "billing"}, gateway.VerbGet, gateway.ErrForbidden},
+		{"the same Agent name in another namespace", approver, gateway.AgentRef{Namespace: "team-b", Name: "support"}, gateway.VerbGet, gateway.ErrForbidden},
+		{"a token for another audience", otherAudience, supportRef, gateway.VerbGet, gateway.ErrUnauthenticated},
+		{"a token the API server never issued", "not-a-token", supportRef, gateway.VerbGet, gateway.ErrUnauthenticated},
+		{"no token", "", supportRef, gateway.VerbGet, gateway.ErrUnauthenticated},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := auth.Authorize(ctx, requestWith(tc.token), tc.ref, tc.verb)
+			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("Authorize = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsFlowType(t *testing.T) {
+	k := startKube(t)
+	server := enginetest.StartDevServer(t)
+	ctx := t.Context()
+	must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}))
+	engine := &agentsv1.EngineSpec{Address: server.FrontendHostPort(), Namespace: "default"}
+	newAgent := func(name string) *agentsv1.Agent {
+		a := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
+			Spec: agentsv1.AgentSpec{FlowType: "SupportAgent", Engine: engine.DeepCopy(),
+				Model: agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"}}}
+		must(t, k.admin.Create(ctx, a))
+		return a
+	}
+	support := newAgent("support")
+	engines := engineadmin.New(logr.Discard())
+	t.Cleanup(engines.Close)
+	agents := &gateway.KubernetesAgents{Reader: k.gateway, Engines: engines}
+	target := func(name string) (gateway.Target, error) {
+		tg, release, err := agents.Target(ctx, gateway.AgentRef{Namespace: "team-a", Name: name})
+		if err == nil {
+			release()
+		}
+		return tg, err
+	}
+
+	if _, err := target("missing"); !errors.Is(err, gateway.ErrAgentNotFound) {
+		t.Fatalf("an Agent that does not exist: %v, want ErrAgentNotFound", err)
+	}
+	if _, err := target("support"); err == nil {
+		t.Fatal("an Agent with no workers was served")
+	}
+
+	// The operator's worker Deployment carries the claim, controlled by
+	// the Agent; the gateway serves its holder alone.
+	claim := render.FlowClaim(*engine, "SupportAgent")
+	labels := map[string]string{"app": "support", render.LabelFlowClaim: claim}
+	isController := true
+	must(t, k.admin.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "support-worker", Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
+				Name: support.Name, UID: support.UID, Controller: &isController}}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "worker"}}}}},
+	}))
+	newAgent("copycat")
+	waitUntil(t, "the gateway's cache sees the worker Deployment", func() bool {
+		_, err := target("support")
+		return err == nil
+	})
+	tg, err := target("support")
+	if err != nil || tg.FlowType != "SupportAgent" || tg.TaskQueue != render.TaskQueue("SupportAgent") {
+		t.Fatalf("the holder: %+v, %v", tg, err)
+	}
+	if _, err := target("copycat"); err == nil || !strings.Contains(err.Error(), "another Agent holds") {
+		t.Fatalf("an Agent naming a Flow type another Agent holds: %v; serving it would let its callers reach the holder's sessions", err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: timed out", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,267 @@
+package gateway
+
+import (
+	"fmt"
+	"strconv"
+
+	sessions "github.com/stepwise-run/stepwise/pkg/client"
+)
+
+// Accepted answers a session request: whether the session took it.
+type Accepted struct {
+	Accepted bool `json:"accepted"`
+}
+
+// Pending answers, with 202, a request no worker ran in time: it was sent
+// and takes effect, or is refused, when a worker runs it. Send it again
+// with its request ID to learn the outcome.
+type Pending struct {
+	Accepted         bool   `json:"accepted"`
+	Pending          bool   `json:"pending"`
+	RequestID        string `json:"requestId"`
+	WaitingForWorker bool   `json:"waitingForWorker"`
+	Message          string `json:"message"`
+}
+
+// StartRequest starts a session.
+type StartRequest struct {
+	// Message starts the first turn unless blank.
+	Message string `json:"message,omitempty"`
+	// Settings are the session settings, a JSON object.
+	Settings sessions.SessionSettings `json:"settings,omitempty"`
+	// RequestID makes a retry safe.
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// SendRequest sends a message.
+type SendRequest struct {
+	Text      string                    `json:"text"`
+	Images    []sessions.ImageReference `json:"images,omitempty"`
+	PlanMode  bool                      `json:"planMode,omitempty"`
+	RequestID string                    `json:"requestId,omitempty"`
+}
+
+// SteerRequest steers the running turn with new text, or with a queued
+// message by its ID: one of the two.
+type SteerRequest struct {
+	Text            string `json:"text,omitempty"`
+	QueuedMessageID string `json:"queuedMessageId,omitempty"`
+	RequestID       string `json:"requestId,omitempty"`
+}
+
+// RequestBody carries only a request ID; the body may be empty.
+type RequestBody struct {
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// RejectRequest rejects a tool call with a message the model sees.
+type RejectRequest struct {
+	Message   string `json:"message,omitempty"`
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// AnswerRequest answers a question.
+type AnswerRequest struct {
+	Answer    string `json:"answer"`
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// ExecutePlanRequest approves a plan revision.
+type ExecutePlanRequest struct {
+	Revision  int    `json:"revision"`
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// SettingsRequest replaces the session settings.
+type SettingsRequest struct {
+	Settings  sessions.SessionSettings `json:"settings"`
+	RequestID string                   `json:"requestId,omitempty"`
+}
+
+// optionalBody decodes a body that may be empty.
+func (c *call) optionalBody(v any) error {
+	if c.r.ContentLength == 0 && c.r.Header.Get("Transfer-Encoding") == "" {
+		return nil
+	}
+	return c.decode(v)
+}
+
+func accepted(ok bool, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return Accepted{Accepted: ok}, nil
+}
+
+func (s *Server) start(c *call) (any, error) {
+	var req StartRequest
+	if err := c.optionalBody(&req); err != nil {
+		return nil, err
+	}
+	var opts []sessions.StartOption
+	if req.Settings != nil {
+		opts = append(opts, sessions.WithSettings(req.Settings))
+	}
+	if req.RequestID != "" {
+		opts = append(opts, sessions.WithRequestID(req.RequestID))
+	}
+	return accepted(c.sessions.Start(c.ctx, c.sessionID, req.Message, opts...))
+}
+
+func (s *Server) send(c *call) (any, error) {
+	var req SendRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	var opts []sessions.SendOption
+	if len(req.Images) > 0 {
+		opts = append(opts, sessions.WithImages(req.Images...))
+	}
+	if req.PlanMode {
+		opts = append(opts, sessions.InPlanMode())
+	}
+	if req.RequestID != "" {
+		opts = append(opts, sessions.WithRequestID(req.RequestID))
+	}
+	return accepted(c.sessions.Send(c.ctx, c.sessionID, req.Text, opts...))
+}
+
+func requestID(id string) []sessions.RequestOption {
+	if id == "" {
+		return nil
+	}
+	return []sessions.RequestOption{sessions.WithRequestID(id)}
+}
+
+func (s *Server) steer(c *call) (any, error) {
+	var req SteerRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	switch {
+	case (req.Text == "") == (req.QueuedMessageID == ""):
+		return nil, badRequest("body", "a steer carries one of text or queuedMessageId")
+	case req.QueuedMessageID != "":
+		return accepted(c.sessions.SteerQueued(c.ctx, c.sessionID, req.QueuedMessageID, requestID(req.RequestID)...))
+	}
+	return accepted(c.sessions.Steer(c.ctx, c.sessionID, req.Text, requestID(req.RequestID)...))
+}
+
+func (s *Server) deleteQueued(c *call) (any, error) {
+	var req RequestBody
+	if err := c.optionalBody(&req); err != nil {
+		return nil, err
+	}
+	return accepted(c.sessions.DeleteQueued(c.ctx, c.sessionID, c.r.PathValue("message"), requestID(req.RequestID)...))
+}
+
+func (s *Server) cancelTurn(c *call) (any, error) {
+	var req RequestBody
+	if err := c.optionalBody(&req); err != nil {
+		return nil, err
+	}
+	return accepted(c.sessions.CancelTurn(c.ctx, c.sessionID, c.r.PathValue("turn"), requestID(req.RequestID)...))
+}
+
+func (s *Server) approve(c *call) (any, error) {
+	var req RequestBody
+	if err := c.optionalBody(&req); err != nil {
+		return nil, err
+	}
+	return accepted(c.sessions.Approve(c.ctx, c.sessionID, c.r.PathValue("interrupt"), requestID(req.RequestID)...))
+}
+
+func (s *Server) reject(c *call) (any, error) {
+	var req RejectRequest
+	if err := c.optionalBody(&req); err != nil {
+		return nil, err
+	}
+	return accepted(c.sessions.Reject(c.ctx, c.sessionID, c.r.PathValue("interrupt"), req.Message, requestID(req.RequestID)...))
+}
+
+func (s *Server) answer(c *call) (any, error) {
+	var req AnswerRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	return accepted(c.sessions.Answer(c.ctx, c.sessionID, c.r.PathValue("interrupt"), req.Answer, requestID(req.RequestID)...))
+}
+
+func (s *Server) executePlan(c *call) (any, error) {
+	var req ExecutePlanRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	if req.Revision < 1 {
+		return nil, badRequest("revision", fmt.Sprintf("%d is not a plan revision; revisions start at 1", req.Revision))
+	}
+	return accepted(c.sessions.ExecutePlan(c.ctx, c.sessionID, req.Revision, requestID(req.RequestID)...))
+}
+
+func (s *Server) updateSettings(c *call) (any, error) {
+	var req SettingsRequest
+	if err := c.decode(&req); err != nil {
+		return nil, err
+	}
+	if req.Settings == nil {
+		return nil, badRequest("settings", "required: a JSON object, {} to clear")
+	}
+	return accepted(c.sessions.UpdateSettings(c.ctx, c.sessionID, req.Settings, requestID(req.RequestID)...))
+}
+
+// SnapshotResponse is a session's snapshot with the resume token that opens
+// its event stream: while a turn runs, the token replays that turn's
+// events, so a page rebuilds its live text.
+type SnapshotResponse struct {
+	Snapshot sessions.Snapshot `json:"snapshot"`
+	// ResumeToken is empty when the gateway has no event hub.
+	ResumeToken string `json:"resumeToken,omitempty"`
+}
+
+func (s *Server) snapshot(c *call) (any, error) {
+	if s.opts.Hub == nil {
+		snap, err := c.sessions.Snapshot(c.ctx, c.sessionID)
+		return SnapshotResponse{Snapshot: snap}, err
+	}
+	key := c.hubKey()
+	// The position is read before the snapshot, so no event after the
+	// snapshot is missed; an event between the two may come twice, and
+	// events carry the IDs that make them safe to apply twice.
+	before, err := s.opts.Hub.Position(c.ctx, key, "")
+	if err != nil {
+		return nil, err
+	}
+	snap, err := c.sessions.Snapshot(c.ctx, c.sessionID)
+	if err != nil {
+		return nil, err
+	}
+	token := before.End
+	if snap.State != nil && snap.State.ActiveTurnID != "" {
+		turn, err := s.opts.Hub.Position(c.ctx, key, snap.State.ActiveTurnID)
+		if err != nil {
+			return nil, err
+		}
+		token = turn.TurnStart
+	}
+	return SnapshotResponse{Snapshot: snap, ResumeToken: token}, nil
+}
+
+func (s *Server) messages(c *call) (any, error) {
+	var req sessions.MessagesRequest
+	q := c.r.URL.Query()
+	if v := q.Get("beforeSequence"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, badRequest("beforeSequence", fmt.Sprintf("%q is not a message sequence", v))
+		}
+		req.BeforeSequence = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 200 {
+			return nil, badRequest("limit", fmt.Sprintf("%q: from 1 to 200", v))
+		}
+		req.Limit = n
+	}
+	return c.sessions.Messages(c.ctx, c.sessionID, req)
+}
