@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -147,28 +148,16 @@ func (s *Server) steer(c *call) (any, error) {
 	return accepted(c.sessions.Steer(c.ctx, c.sessionID, req.Text, requestID(req.RequestID)...))
 }
 
-func (s *Server) deleteQueued(c *call) (any, error) {
-	var req RequestBody
-	if err := c.optionalBody(&req); err != nil {
-		return nil, err
+// onPathID answers a route whose request is one session method on the ID
+// its path names, with an optional body carrying only a request ID.
+func onPathID(pathName string, method func(*sessions.Sessions, context.Context, string, string, ...sessions.RequestOption) (bool, error)) func(*call) (any, error) {
+	return func(c *call) (any, error) {
+		var req RequestBody
+		if err := c.optionalBody(&req); err != nil {
+			return nil, err
+		}
+		return accepted(method(c.sessions, c.ctx, c.sessionID, c.r.PathValue(pathName), requestID(req.RequestID)...))
 	}
-	return accepted(c.sessions.DeleteQueued(c.ctx, c.sessionID, c.r.PathValue("message"), requestID(req.RequestID)...))
-}
-
-func (s *Server) cancelTurn(c *call) (any, error) {
-	var req RequestBody
-	if err := c.optionalBody(&req); err != nil {
-		return nil, err
-	}
-	return accepted(c.sessions.CancelTurn(c.ctx, c.sessionID, c.r.PathValue("turn"), requestID(req.RequestID)...))
-}
-
-func (s *Server) approve(c *call) (any, error) {
-	var req RequestBody
-	if err := c.optionalBody(&req); err != nil {
-		return nil, err
-	}
-	return accepted(c.sessions.Approve(c.ctx, c.sessionID, c.r.PathValue("interrupt"), requestID(req.RequestID)...))
 }
 
 func (s *Server) reject(c *call) (any, error) {
