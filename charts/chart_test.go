@@ -127,6 +127,15 @@ func TestBadValuesAreRefusedNamingTheField(t *testing.T) {
 		{"full name not a DNS label", "fullnameOverride: Stepwise", []string{"'/fullnameOverride'"}},
 		{"priority class name", "priorityClassName: High_Priority", []string{"'/priorityClassName'"}},
 		{"service account annotations not strings", "serviceAccount: {annotations: {example.com/a: {b: c}}}", []string{"'/serviceAccount/annotations/example.com~1a'"}},
+		{"one port for the gateway and the hub", "gateway: {port: 8090}", []string{"gateway.port and eventHub.port are both 8090"}},
+		{"gateway Service type", "gateway: {service: {type: ExternalName}}", []string{"'/gateway/service/type'"}},
+		{"negative gateway replicas", "gateway: {replicas: -1}", []string{"'/gateway/replicas'"}},
+		{"token audience with a comma", "gateway: {tokenAudiences: ['a,b']}", []string{"'/gateway/tokenAudiences/0'"}},
+		{"hub key Secret not a name", "eventHub: {keySecret: Hub_Key}", []string{"'/eventHub/keySecret'"}},
+		{"hub port out of range", "eventHub: {port: 0}", []string{"'/eventHub/port'"}},
+		{"hub URL with a path", "eventHub: {url: 'http://hub:8090/publish'}", []string{"'/eventHub/url'"}},
+		{"hub URL with a query", "eventHub: {url: 'http://hub:8090?x=1'}", []string{"'/eventHub/url'"}},
+		{"hub URL with credentials", "eventHub: {url: 'http://user:pw@hub:8090'}", []string{"'/eventHub/url'"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -266,9 +275,13 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		"ClusterRole/stepwise-manager", "ClusterRoleBinding/stepwise-manager",
 		"CustomResourceDefinition/agents.agents.stepwise.run", "CustomResourceDefinition/mediastores.agents.stepwise.run",
 		"CustomResourceDefinition/toolsources.agents.stepwise.run",
-		"Deployment/stepwise", "Role/stepwise-leader-election", "RoleBinding/stepwise-leader-election",
-		"Service/stepwise-metrics", "ServiceAccount/stepwise",
+		"ClusterRole/stepwise-gateway", "ClusterRoleBinding/stepwise-gateway",
+		"Deployment/stepwise", "Deployment/stepwise-event-hub", "Deployment/stepwise-gateway",
+		"Role/stepwise-leader-election", "RoleBinding/stepwise-leader-election", "Secret/stepwise-event-hub-key",
+		"Service/stepwise-event-hub", "Service/stepwise-gateway", "Service/stepwise-metrics",
+		"ServiceAccount/stepwise", "ServiceAccount/stepwise-gateway",
 	}
+	slices.Sort(want)
 	if got := keysOf(objs); !slices.Equal(got, want) {
 		t.Errorf("objects = %v, want %v", got, want)
 	}
@@ -314,7 +327,9 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 	}
 	wantArgs := []string{
 		"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--poller-quiet-period=75s", "--versioned-rollouts=true",
-		"--worker-image=" + defaultPrefix + "/agent-worker:" + version, "--zap-log-level=info", "--zap-encoder=json",
+		"--worker-image=" + defaultPrefix + "/agent-worker:" + version,
+		"--event-hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--event-hub-key-file=/etc/stepwise/event-hub/key",
+		"--zap-log-level=info", "--zap-encoder=json",
 	}
 	if !slices.Equal(manager.Args, wantArgs) {
 		t.Errorf("args = %q, want %q", manager.Args, wantArgs)
@@ -332,6 +347,131 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		if deployment.Spec.Template.Labels[key] != value {
 			t.Errorf("the metrics Service selects %s=%s, which the operator pod lacks", key, value)
 		}
+	}
+}
+
+// The default release runs the gateway with its generated role, and the
+// event hub; the operator, the gateway and the hub share one key Secret.
+func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
+	out, err := render(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, out)
+	version := appVersion(t)
+
+	generated := readClusterRole(t, filepath.Join("..", "config", "rbac", "gateway", "role.yaml"))
+	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole/stepwise-gateway")
+	if !equalJSON(t, role.Rules, generated.Rules) {
+		t.Errorf("the gateway's ClusterRole rules differ from config/rbac/gateway/role.yaml's:\n%s", mustYAML(t, role.Rules))
+	}
+	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding/stepwise-gateway")
+	wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: "stepwise-gateway", Namespace: releaseNS}
+	if binding.RoleRef.Name != role.Name || !slices.Equal(binding.Subjects, []rbacv1.Subject{wantSubject}) {
+		t.Errorf("the gateway's ClusterRoleBinding binds %s to %v, want %s to %v", binding.RoleRef.Name, binding.Subjects, role.Name, wantSubject)
+	}
+
+	gateway := get[appsv1.Deployment](t, objs, "Deployment/stepwise-gateway")
+	pod := gateway.Spec.Template.Spec
+	if *gateway.Spec.Replicas != 2 || pod.ServiceAccountName != "stepwise-gateway" {
+		t.Errorf("gateway replicas %d, serviceAccountName %q; want 2 and stepwise-gateway", *gateway.Spec.Replicas, pod.ServiceAccountName)
+	}
+	container := pod.Containers[0]
+	if want := defaultPrefix + "/gateway:" + version; container.Image != want {
+		t.Errorf("gateway image = %q, want %q", container.Image, want)
+	}
+	wantArgs := []string{"--listen=:8080", "--hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--hub-key-file=/etc/stepwise/event-hub/key"}
+	if !slices.Equal(container.Args, wantArgs) {
+		t.Errorf("gateway args = %q, want %q", container.Args, wantArgs)
+	}
+	expectRestricted(t, pod)
+	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-gateway"), gateway, 80, "http")
+
+	hub := get[appsv1.Deployment](t, objs, "Deployment/stepwise-event-hub")
+	hubPod := hub.Spec.Template.Spec
+	if *hub.Spec.Replicas != 1 || hub.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("the event hub runs %d replicas with strategy %q; one hub holds the events, so want 1 and Recreate",
+			*hub.Spec.Replicas, hub.Spec.Strategy.Type)
+	}
+	if hubPod.AutomountServiceAccountToken == nil || *hubPod.AutomountServiceAccountToken {
+		t.Error("the event hub pod mounts an API token it never uses")
+	}
+	hubArgs := []string{"--listen=", "--hub-listen=:8090", "--hub-key-file=/etc/stepwise/event-hub/key"}
+	if got := hubPod.Containers[0].Args; !slices.Equal(got, hubArgs) || hubPod.Containers[0].Image != container.Image {
+		t.Errorf("event hub container = %s %q, want the gateway image with %q", hubPod.Containers[0].Image, got, hubArgs)
+	}
+	expectRestricted(t, hubPod)
+	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-event-hub"), hub, 8090, "hub")
+
+	key := get[corev1.Secret](t, objs, "Secret/stepwise-event-hub-key")
+	if len(key.Data["key"]) < 32 {
+		t.Errorf("the generated hub key has %d bytes, want at least 32", len(key.Data["key"]))
+	}
+	operator := get[appsv1.Deployment](t, objs, "Deployment/stepwise")
+	for _, d := range []*appsv1.Deployment{operator, gateway, hub} {
+		if !mountsKey(d.Spec.Template.Spec, "stepwise-event-hub-key", "/etc/stepwise/event-hub") {
+			t.Errorf("%s does not mount the hub key Secret at /etc/stepwise/event-hub", d.Name)
+		}
+	}
+}
+
+// expectSelects checks that a Service sends its port to a named port of a
+// Deployment's pods.
+func expectSelects(t *testing.T, service *corev1.Service, d *appsv1.Deployment, port int32, target string) {
+	t.Helper()
+	if len(service.Spec.Ports) != 1 || service.Spec.Ports[0].Port != port || service.Spec.Ports[0].TargetPort.StrVal != target {
+		t.Errorf("Service %s ports = %+v, want %d to %s", service.Name, service.Spec.Ports, port, target)
+	}
+	for k, v := range service.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("Service %s selects %s=%s, which the pods of %s lack", service.Name, k, v, d.Name)
+		}
+	}
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if service.Spec.Selector[k] != v {
+			t.Errorf("Service %s selects more pods than %s: it lacks %s=%s", service.Name, d.Name, k, v)
+		}
+	}
+	if !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == target }) {
+		t.Errorf("%s declares no port %s", d.Name, target)
+	}
+}
+
+func mountsKey(pod corev1.PodSpec, secret, dir string) bool {
+	for _, v := range pod.Volumes {
+		if v.Secret == nil || v.Secret.SecretName != secret {
+			continue
+		}
+		for _, m := range pod.Containers[0].VolumeMounts {
+			if m.Name == v.Name && m.MountPath == dir && m.ReadOnly {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Without the gateway, nothing of it or the hub renders and the operator
+// hands workers no hub.
+func TestGatewayOff(t *testing.T) {
+	out, err := render(t, "--set", "gateway.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, out)
+	for _, key := range keysOf(objs) {
+		if strings.Contains(key, "gateway") || strings.Contains(key, "event-hub") {
+			t.Errorf("the gateway is off, yet the render holds %s", key)
+		}
+	}
+	operator := get[appsv1.Deployment](t, objs, "Deployment/stepwise")
+	for _, arg := range operator.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(arg, "--event-hub") {
+			t.Errorf("the gateway is off, yet the operator has %s", arg)
+		}
+	}
+	if len(operator.Spec.Template.Spec.Volumes) != 0 {
+		t.Errorf("the operator mounts %v", operator.Spec.Template.Spec.Volumes)
 	}
 }
 
@@ -374,6 +514,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
 		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",
 		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,/mnt/agents/media",
+		"--event-hub-url=https://event-hub.agents.example.com:9443", "--event-hub-key-file=/etc/stepwise/event-hub/key",
 		"--zap-log-level=2", "--zap-encoder=console",
 	}
 	if !slices.Equal(manager.Args, wantArgs) {
@@ -407,6 +548,47 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 	}
 	get[rbacv1.ClusterRole](t, objs, "ClusterRole/stepwise-all-manager")
 	get[rbacv1.Role](t, objs, "Role/stepwise-all-leader-election")
+
+	gateway := get[appsv1.Deployment](t, objs, "Deployment/stepwise-all-gateway")
+	gatewayPod := gateway.Spec.Template.Spec
+	wantGatewayArgs := []string{
+		"--listen=:8443", "--hub-url=https://event-hub.agents.example.com:9443", "--hub-key-file=/etc/stepwise/event-hub/key",
+		"--token-audiences=stepwise-gateway,https://kubernetes.default.svc",
+		"--default-engine-address=temporal.example.com:7233", "--default-engine-namespace=agents.prod",
+		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
+		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",
+	}
+	if got := gatewayPod.Containers[0].Args; !slices.Equal(got, wantGatewayArgs) {
+		t.Errorf("gateway args = %q\nwant %q", got, wantGatewayArgs)
+	}
+	if want := registry + "/gateway:0.4.0-rc.2"; gatewayPod.Containers[0].Image != want || *gateway.Spec.Replicas != 3 {
+		t.Errorf("gateway image %q, replicas %d; want %q and 3", gatewayPod.Containers[0].Image, *gateway.Spec.Replicas, want)
+	}
+	if gateway.Spec.Template.Labels["example.com/tier"] != "edge" || gateway.Spec.Template.Annotations["example.com/team"] != "platform" {
+		t.Errorf("gateway pod metadata = %v %v", gateway.Spec.Template.Labels, gateway.Spec.Template.Annotations)
+	}
+	gatewayService := get[corev1.Service](t, objs, "Service/stepwise-all-gateway")
+	if gatewayService.Spec.Type != corev1.ServiceTypeLoadBalancer || gatewayService.Annotations["example.com/load-balancer"] != "internal" {
+		t.Errorf("gateway Service = %s", mustYAML(t, gatewayService))
+	}
+	expectSelects(t, gatewayService, gateway, 443, "http")
+	if get[corev1.ServiceAccount](t, objs, "ServiceAccount/stepwise-all-gateway").Annotations["example.com/identity"] != "gateway" {
+		t.Error("the gateway's ServiceAccount lacks its annotations")
+	}
+	hub := get[appsv1.Deployment](t, objs, "Deployment/stepwise-all-event-hub")
+	if got := hub.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String(); got != "1Gi" {
+		t.Errorf("event hub memory limit = %s, want 1Gi", got)
+	}
+	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-all-event-hub"), hub, 9443, "hub")
+	// A key Secret of the platform's own replaces the generated one.
+	if _, ok := objs["Secret/stepwise-all-event-hub-key"]; ok {
+		t.Error("eventHub.keySecret is set, yet the chart renders a key Secret of its own")
+	}
+	for _, d := range []*appsv1.Deployment{deployment, gateway, hub} {
+		if !mountsKey(d.Spec.Template.Spec, "stepwise-event-hub-key-from-vault", "/etc/stepwise/event-hub") {
+			t.Errorf("%s does not mount eventHub.keySecret", d.Name)
+		}
+	}
 }
 
 func TestPodLabelsDoNotReplaceTheSelectorLabels(t *testing.T) {
@@ -449,22 +631,47 @@ func TestTheOperatorAcceptsTheRenderedArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := get[appsv1.Deployment](t, parse(t, out), "Deployment/stepwise-all").Spec.Template.Spec.Containers[0].Args
-	manager := filepath.Join(t.TempDir(), "manager")
-	build := exec.Command("go", "build", "-o", manager, "../cmd/manager")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
+	objs := parse(t, out)
+	for _, tc := range []struct{ deployment, command string }{
+		{"Deployment/stepwise-all", "../cmd/manager"},
+		{"Deployment/stepwise-all-gateway", "../cmd/gateway"},
+	} {
+		t.Run(tc.command, func(t *testing.T) {
+			args := withKeyFile(t, get[appsv1.Deployment](t, objs, tc.deployment).Spec.Template.Spec.Containers[0].Args)
+			binary := filepath.Join(t.TempDir(), "command")
+			build := exec.Command("go", "build", "-o", binary, tc.command)
+			if out, err := build.CombinedOutput(); err != nil {
+				t.Fatalf("building %s: %v\n%s", tc.command, err, out)
+			}
+			home := t.TempDir()
+			run := exec.Command(binary, append(args, "--kubeconfig", filepath.Join(home, "no-kubeconfig"))...)
+			run.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+			stderr, err := run.CombinedOutput()
+			if err == nil {
+				t.Fatalf("%s ran without a cluster", tc.command)
+			}
+			if !strings.Contains(string(stderr), "loading the kubeconfig") {
+				t.Errorf("%s stopped before it looked for a cluster, so it refused a rendered argument:\n%s", tc.command, stderr)
+			}
+		})
 	}
-	home := t.TempDir()
-	run := exec.Command(manager, append(args, "--kubeconfig", filepath.Join(home, "no-kubeconfig"))...)
-	run.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	stderr, err := run.CombinedOutput()
-	if err == nil {
-		t.Fatal("the operator ran without a cluster")
+}
+
+// withKeyFile points the event hub key flags at a key file of the test's,
+// where the pod would mount the key Secret.
+func withKeyFile(t *testing.T, args []string) []string {
+	t.Helper()
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("k", 48)), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(string(stderr), "loading the kubeconfig") {
-		t.Errorf("the operator stopped before it looked for a cluster, so it refused a rendered argument:\n%s", stderr)
+	out := slices.Clone(args)
+	for i, arg := range out {
+		if name, _, ok := strings.Cut(arg, "="); ok && (name == "--event-hub-key-file" || name == "--hub-key-file") {
+			out[i] = name + "=" + key
+		}
 	}
+	return out
 }
 
 // The schemas `make chart-check` writes are strict: a misspelled field of a

@@ -39,26 +39,23 @@ func main() {
 }
 
 func run(logger *slog.Logger) error {
-	var (
-		listen, hubListen, hubURL, hubKeyFile, audiences string
-	)
-	flag.StringVar(&listen, "listen", ":8080", "Address of the session API and the event streams.")
+	var listen, hubListen, hubURL, hubKeyFile string
+	flag.StringVar(&listen, "listen", ":8080", "Address of the session API and the event streams; empty runs the event hub alone.")
 	flag.StringVar(&hubListen, "hub-listen", "",
 		"Address where workers publish session events to this process's event hub; empty runs no hub here.")
 	flag.StringVar(&hubURL, "hub-url", "",
 		"http://host:port of the event hub the gateway reads; empty reads this process's hub (--hub-listen). Without either, the gateway serves no events.")
 	flag.StringVar(&hubKeyFile, "hub-key-file", "",
 		"File holding the event hub's key (at least 32 bytes); the hub checks the workers' publish tokens with it and the gateway derives its read token from it.")
-	flag.StringVar(&audiences, "token-audiences", "",
+	audiences := flag.String("token-audiences", "",
 		"Comma-separated audiences a Kubernetes bearer token must be for; empty takes the API server's.")
 	engineFlags := engineflags.Bind(flag.CommandLine)
 	flag.Parse()
 
-	defaultEngine, err := engineFlags.Engine()
-	if err != nil {
-		return err
-	}
-	var keys *hubapi.Keyring
+	var (
+		keys *hubapi.Keyring
+		err  error
+	)
 	if hubListen != "" || hubURL != "" {
 		if keys, err = readKeyring(hubKeyFile); err != nil {
 			return err
@@ -84,20 +81,42 @@ func run(logger *slog.Logger) error {
 		}
 	}
 
+	if listen != "" {
+		api, closeAPI, err := sessionAPI(ctx, logger, engineFlags, *audiences, hubURL, keys)
+		if err != nil {
+			return err
+		}
+		defer closeAPI()
+		servers[listen] = api
+	}
+	if len(servers) == 0 {
+		return errors.New("nothing to serve: --listen and --hub-listen are both empty")
+	}
+
+	logger.Info("starting the gateway", "version", version.Operator, "listen", listen, "hubListen", hubListen, "hubURL", hubURL,
+		"defaultEngine", engineFlags.Address)
+	return serve(ctx, logger, servers)
+}
+
+// sessionAPI builds the session routes over the cluster's Agents.
+func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *engineflags.Flags, audiences, hubURL string, keys *hubapi.Keyring) (http.Handler, func(), error) {
+	defaultEngine, err := engineFlags.Engine()
+	if err != nil {
+		return nil, nil, err
+	}
 	scheme, err := controller.NewScheme()
 	if err != nil {
-		return fmt.Errorf("building the scheme: %w", err)
+		return nil, nil, fmt.Errorf("building the scheme: %w", err)
 	}
 	cfg, err := config.GetConfig()
 	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
+		return nil, nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	kube, err := gateway.NewKubernetesClient(ctx, cfg, scheme)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	engines := engineadmin.New(logr.FromSlogHandler(logger.Handler()))
-	defer engines.Close()
 	opts := gateway.Options{
 		Agents:     &gateway.KubernetesAgents{Reader: kube, DefaultEngine: defaultEngine, Engines: engines},
 		Authorizer: &gateway.KubernetesAuthorizer{Client: kube, Audiences: splitList(audiences)},
@@ -106,11 +125,7 @@ func run(logger *slog.Logger) error {
 	if hubURL != "" {
 		opts.Hub = hubapi.NewReader(hubURL, keys.ReadToken(), nil)
 	}
-	servers[listen] = gateway.New(opts).Handler()
-
-	logger.Info("starting the gateway", "version", version.Operator, "listen", listen, "hubListen", hubListen, "hubURL", hubURL,
-		"defaultEngine", engineFlags.Address)
-	return serve(ctx, logger, servers)
+	return gateway.New(opts).Handler(), engines.Close, nil
 }
 
 // serve runs one HTTP server per address until ctx ends, then lets each
@@ -147,13 +162,9 @@ func readKeyring(path string) (*hubapi.Keyring, error) {
 	if path == "" {
 		return nil, errors.New("--hub-key-file is required with --hub-listen or --hub-url")
 	}
-	key, err := os.ReadFile(path)
+	keys, err := hubapi.ReadKeyFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--hub-key-file: %w", err)
-	}
-	keys, err := hubapi.NewKeyring([]byte(strings.TrimSpace(string(key))))
-	if err != nil {
-		return nil, fmt.Errorf("--hub-key-file %s: %w", path, err)
 	}
 	return keys, nil
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -16,8 +17,10 @@ import (
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/engineflags"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/version"
+	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
 func main() {
@@ -35,6 +38,7 @@ func run() error {
 		mediaHostPathRoots     string
 		pollerQuietPeriod      time.Duration
 		versionedRollouts      bool
+		eventHubURL, hubKey    string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
@@ -52,6 +56,10 @@ func run() error {
 		"Roll the workers of an engine version that moves sessions between turns as versions of a Temporal Worker Deployment, "+
 			"where the engine offers it: each session stays on its version's workers until a turn ends. Off, workers roll "+
 			"unversioned: beside each other where the worker version rules allow, old ones stopped first otherwise.")
+	flag.StringVar(&eventHubURL, "event-hub-url", "",
+		"http://host:port of the event hub every Agent's workers publish session events to, for the gateway; empty keeps events in the workers.")
+	flag.StringVar(&hubKey, "event-hub-key-file", "",
+		"File holding the event hub's key; the operator derives each Agent's publish token from it. Required with --event-hub-url.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -63,6 +71,9 @@ func run() error {
 	}
 	defaults := render.Defaults{WorkerImage: workerImage, WorkerEngineVersion: version.EngineVersion, MediaHostPathRoots: roots}
 	if defaults.Engine, err = engineFlags.Engine(); err != nil {
+		return err
+	}
+	if defaults.EventHub, err = eventHub(eventHubURL, hubKey); err != nil {
 		return err
 	}
 
@@ -104,4 +115,24 @@ func run() error {
 	ctrl.Log.WithName("setup").Info("starting the operator", "version", version.Operator, "engineVersion", version.EngineVersion,
 		"defaultEngine", engineFlags.Address, "mediaHostPathRoots", roots)
 	return mgr.Start(ctx)
+}
+
+// eventHub checks the event hub flags: both or neither.
+func eventHub(url, keyFile string) (*render.EventHub, error) {
+	switch {
+	case url == "" && keyFile == "":
+		return nil, nil
+	case url == "":
+		return nil, errors.New("--event-hub-key-file needs --event-hub-url")
+	case keyFile == "":
+		return nil, errors.New("--event-hub-url needs --event-hub-key-file")
+	}
+	if err := workerconfig.CheckHubURL(url); err != nil {
+		return nil, fmt.Errorf("--event-hub-url: %w", err)
+	}
+	keys, err := hubapi.ReadKeyFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--event-hub-key-file: %w", err)
+	}
+	return &render.EventHub{URL: url, Keys: keys}, nil
 }

@@ -73,12 +73,13 @@ type imageSpec struct {
 	Test bool
 }
 
-// imageSpecs are the images `make images` builds: the operator, the stock
+// imageSpecs are the images `make images` builds: the operator, the gateway, the stock
 // worker, the example support worker, the pause image that holds a pod's
 // namespaces in the test cluster, and the end-to-end suite's worker, which
 // `make push-images` leaves out.
 var imageSpecs = []imageSpec{
 	{Name: "operator", Package: "./cmd/manager"},
+	{Name: "gateway", Package: "./cmd/gateway"},
 	{Name: "agent-worker", Package: "./cmd/agent-worker", Worker: true},
 	{Name: "support-worker", Package: "./examples/support-worker", Worker: true},
 	{Name: "pause", Package: "./hack/pause"},

@@ -11,6 +11,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -59,7 +60,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 
 // Reconcile runs one pass for one Agent: observe what it references, check
 // it, apply the owned objects, and write status once.
@@ -162,6 +163,9 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if _, err := r.applyChanged(ctx, worker.DisruptionBudget, live.disruptionBudget); err != nil {
 		return err
 	}
+	if err := r.applyEventHubSecret(ctx, worker.EventHubSecret, live.eventHubSecret); err != nil {
+		return err
+	}
 	pass.desiredConfigMap = *worker.ConfigMap.Name
 	desiredLive, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
 	if err != nil {
@@ -219,6 +223,7 @@ type liveWorker struct {
 	configMap        *corev1.ConfigMap
 	deployment       *appsv1.Deployment
 	disruptionBudget *policyv1.PodDisruptionBudget
+	eventHubSecret   *corev1.Secret
 }
 
 // checkOwnership refuses to apply over an object of the same name that the
@@ -273,7 +278,41 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	if exists[budget] {
 		live.disruptionBudget = budget
 	}
+	// The operator caches Secrets by metadata only, so the token Secret is
+	// read from the API server.
+	hubSecret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: agent.Namespace, Name: render.EventHubSecretName(agent.Name)}
+	err := r.APIReader.Get(ctx, key, hubSecret)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return liveWorker{}, fmt.Errorf("reading Secret %s: %w", key.Name, err)
+	case !isControlledBy(hubSecret, agent):
+		if worker.EventHubSecret != nil {
+			return liveWorker{}, &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
+				"Secret %q exists and is not owned by this Agent; the operator will not take it over: rename or delete it", key.Name)}
+		}
+	default:
+		live.eventHubSecret = hubSecret
+	}
 	return live, nil
+}
+
+// applyEventHubSecret writes the Agent's publish token Secret, or deletes
+// the one it owns once the operator has no event hub, so no token of a
+// retired hub key lingers.
+func (r *AgentReconciler) applyEventHubSecret(ctx context.Context, desired *corev1ac.SecretApplyConfiguration, live *corev1.Secret) error {
+	if desired != nil {
+		_, err := r.applyChanged(ctx, desired, live)
+		return err
+	}
+	if live == nil {
+		return nil
+	}
+	if err := r.Delete(ctx, live, client.Preconditions{UID: &live.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Secret %s: %w", live.Name, err)
+	}
+	return nil
 }
 
 // publishGraph writes the Flow graph ConfigMap only when the published

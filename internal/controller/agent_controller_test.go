@@ -106,6 +106,21 @@ var _ = Describe("Agent reconciler", func() {
 		Expect(container.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
 		Expect(container.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
 
+		By("handing the workers the Agent's own event hub publish token, through a Secret the Agent owns")
+		Expect(cfg.EventHub).NotTo(BeNil())
+		Expect(cfg.EventHub.URL).To(Equal(eventHubURL))
+		Expect(cfg.EventHub.Token.Secret).To(Equal(render.EventHubSecretName(agent.Name)))
+		Expect(doc).NotTo(ContainSubstring(eventHubKeys.PublishToken(ns, agent.Name)))
+		Expect(container.Env).To(ContainElement(And(
+			HaveField("Name", cfg.EventHub.Token.Env),
+			HaveField("ValueFrom.SecretKeyRef.Name", render.EventHubSecretName(agent.Name)),
+			HaveField("ValueFrom.SecretKeyRef.Key", render.EventHubTokenKey),
+		)))
+		tokenSecret := &corev1.Secret{}
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.EventHubSecretName(agent.Name)}, tokenSecret)).To(Succeed())
+		Expect(string(tokenSecret.Data[render.EventHubTokenKey])).To(Equal(eventHubKeys.PublishToken(ns, agent.Name)))
+		Expect(metav1.IsControlledBy(tokenSecret, agent)).To(BeTrue())
+
 		By("reporting what it applied")
 		Expect(agent.Status.TaskQueue).To(Equal("stepwise/" + agent.Spec.FlowType))
 		Expect(agent.Status.Selector).To(Equal(render.Selector(agent.Name)))
@@ -816,6 +831,24 @@ var _ = Describe("Agent reconciler", func() {
 			By("applying once the object is gone, without any change to the Agent")
 			Expect(k8sClient.Delete(suiteCtx, foreign)).To(Succeed())
 			expectReady(agent)
+		})
+
+		It("never overwrites a Secret of the event hub token's name that belongs to something else", func() {
+			foreign := secretFixture(ns, render.EventHubSecretName("ledger"), map[string]string{"token": "the team's own"})
+			create(foreign)
+			agent := agentFixture(ns, "ledger")
+			create(agent)
+			Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
+				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonOwnedObjectConflict),
+				HaveField("Message", ContainSubstring(`Secret "ledger-event-hub" exists and is not owned by this Agent`))))
+			Consistently(func(g Gomega) {
+				current := &corev1.Secret{}
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(foreign), current)).To(Succeed())
+				g.Expect(string(current.Data["token"])).To(Equal("the team's own"))
+				g.Expect(current.OwnerReferences).To(BeEmpty())
+			}).Should(Succeed())
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.WorkerName(agent.Name)}, &appsv1.Deployment{})).
+				To(Satisfy(apierrors.IsNotFound))
 		})
 	})
 })

@@ -23,6 +23,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/render"
 )
 
@@ -57,7 +58,20 @@ var operatorDefaults = render.Defaults{
 	WorkerImage:         stockWorkerImage,
 	WorkerEngineVersion: stockEngineVersion,
 	MediaHostPathRoots:  []string{mediaHostPathRoot},
+	EventHub:            &render.EventHub{URL: eventHubURL, Keys: eventHubKeys},
 }
+
+// eventHubURL and eventHubKeys are the event hub the operator hands its
+// workers in these tests.
+const eventHubURL = "http://stepwise-event-hub.stepwise-system.svc:8090"
+
+var eventHubKeys = func() *hubapi.Keyring {
+	keys, err := hubapi.NewKeyring([]byte("an event hub key of the controller tests, 32+ bytes"))
+	if err != nil {
+		panic(err)
+	}
+	return keys
+}()
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)

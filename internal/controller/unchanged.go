@@ -55,6 +55,11 @@ func appliedAlready(obj any, live client.Object) (bool, error) {
 			return false, nil
 		}
 		owned, err = policyv1ac.ExtractPodDisruptionBudget(o, render.FieldOwner)
+	case *corev1.Secret:
+		if o == nil {
+			return false, nil
+		}
+		owned, err = corev1ac.ExtractSecret(o, render.FieldOwner)
 	default:
 		return false, nil
 	}

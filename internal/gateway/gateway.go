@@ -118,6 +118,9 @@ func New(opts Options) *Server {
 	return &Server{opts: opts}
 }
 
+// HealthPath answers the kubelet's probes without a token.
+const HealthPath = hubapi.HealthPath
+
 // SessionPath is the prefix of one session's routes.
 const SessionPath = "/api/v1/namespaces/{namespace}/agents/{agent}/sessions/{session}"
 
@@ -150,6 +153,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(rt.pattern, s.route(rt.verb, rt.start, rt.handle))
 	}
 	mux.Handle("GET "+SessionPath+"/events", s.route(VerbGet, false, nil))
+	mux.HandleFunc("GET "+HealthPath, hubapi.Healthy)
 	return mux
 }
 

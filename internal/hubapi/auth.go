@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -33,6 +34,20 @@ func (k *Keyring) mac(parts ...string) string {
 	m := hmac.New(sha256.New, k.key)
 	m.Write([]byte(strings.Join(parts, "\x00")))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// ReadKeyFile reads the hub key from a file, such as a mounted Secret key,
+// without the line end an editor may leave.
+func ReadKeyFile(path string) (*Keyring, error) {
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := NewKeyring([]byte(strings.TrimSpace(string(key))))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return keys, nil
 }
 
 // PublishToken is the token a worker of one Agent publishes with. The

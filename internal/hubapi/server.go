@@ -92,7 +92,18 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+PublishPath, s.publish)
 	mux.HandleFunc("GET "+EventsPath, s.events)
 	mux.HandleFunc("GET "+PositionPath, s.position)
+	mux.HandleFunc("GET "+HealthPath, Healthy)
 	return mux
+}
+
+// HealthPath answers the kubelet's probes; it needs no token and tells
+// nothing but that the process serves.
+const HealthPath = "/healthz"
+
+// Healthy answers a probe.
+func Healthy(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

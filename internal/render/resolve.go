@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -35,6 +36,17 @@ type Defaults struct {
 	// paths outside the system directories (see ParseHostPathRoots). Empty
 	// means no worker pod ever mounts a host directory.
 	MediaHostPathRoots []string
+	// EventHub is where every Agent's workers publish session events for
+	// the gateway; nil keeps events in the workers.
+	EventHub *EventHub
+}
+
+// EventHub is the event hub workers publish to, and the keyring the
+// operator derives each Agent's publish token from.
+type EventHub struct {
+	// URL is the hub's base URL as workers reach it.
+	URL  string
+	Keys *hubapi.Keyring
 }
 
 // Observed is what the controller read from the API server for one Agent.
@@ -94,6 +106,8 @@ type Resolved struct {
 	EngineVersion string
 	// SecretDigests covers every Secret value the workers receive, sorted.
 	SecretDigests []SecretKeyDigest
+	// EventHub is the operator's event hub, nil when it has none.
+	EventHub *EventHub
 }
 
 // ResolvedToolSource is a ToolSource with its effective source name.
@@ -148,7 +162,7 @@ func EngineFor(agent *agentsv1.Agent, defaults Defaults) (engine agentsv1.Engine
 // and returns the builders' input, or the first reason the Agent cannot be
 // applied.
 func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Resolved, *Blocker) {
-	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent, MediaHostPathRoots: defaults.MediaHostPathRoots}}
+	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent, MediaHostPathRoots: defaults.MediaHostPathRoots, EventHub: defaults.EventHub}}
 	for _, check := range []func() *Blocker{
 		func() *Blocker { return r.engine(defaults) },
 		r.toolSources,

@@ -60,10 +60,11 @@ const (
 	// operator caches only objects that carry it.
 	ManagedBy = "stepwise-operator"
 
-	workerAppName         = "agent-worker"
-	configVolume          = "config"
-	componentWorker       = "worker"
-	componentSessionGraph = "session-graph"
+	workerAppName          = "agent-worker"
+	configVolume           = "config"
+	componentWorker        = "worker"
+	componentSessionGraph  = "session-graph"
+	componentEventHubToken = "event-hub-token"
 )
 
 // Paths and ports inside a worker pod.
@@ -190,6 +191,13 @@ func FlowClaim(engine agentsv1.EngineSpec, flowType string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// EventHubSecretName is the Secret holding an Agent's event hub publish
+// token, under EventHubTokenKey.
+func EventHubSecretName(agentName string) string { return agentName + "-event-hub" }
+
+// EventHubTokenKey is the key of the publish token in its Secret.
+const EventHubTokenKey = "token"
+
 // SecretEnvName is the environment variable that carries one Secret key. It
 // is derived from the Secret and key, so the same key always has the same
 // variable and no value ever appears in its name.
@@ -211,6 +219,9 @@ type WorkerObjects struct {
 	// DisruptionBudget lets a node drain evict one worker at a time, so the
 	// others keep their task slots while it stops.
 	DisruptionBudget *policyv1ac.PodDisruptionBudgetApplyConfiguration
+	// EventHubSecret holds the Agent's publish token; nil when the operator
+	// has no event hub.
+	EventHubSecret *corev1ac.SecretApplyConfiguration
 }
 
 // PublishedGraph is the session Flow graph of one Agent, as published.
@@ -226,6 +237,21 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 	}
 	envs := secretEnvs{}
 	cfg := workerConfig(r, envs)
+	secretDigests := r.SecretDigests
+	var hubSecret *corev1ac.SecretApplyConfiguration
+	if hub := r.EventHub; hub != nil {
+		token := hub.Keys.PublishToken(r.Agent.Namespace, r.Agent.Name)
+		name := EventHubSecretName(r.Agent.Name)
+		cfg.EventHub = &workerconfig.EventHub{URL: hub.URL, Token: *envs.ref(name, EventHubTokenKey)}
+		hubSecret = corev1ac.Secret(name, r.Agent.Namespace).
+			WithLabels(objectLabels(r.Agent.Name, componentEventHubToken)).
+			WithOwnerReferences(ownerReference(r.Agent)).
+			WithType(corev1.SecretTypeOpaque).
+			WithData(map[string][]byte{EventHubTokenKey: []byte(token)})
+		// A new hub key rolls the workers, which read the token at start.
+		sum := sha256.Sum256([]byte(token))
+		secretDigests = append(slices.Clip(secretDigests), SecretKeyDigest{Secret: name, Key: EventHubTokenKey, SHA256: hex.EncodeToString(sum[:])})
+	}
 	doc, err := cfg.Encode()
 	if err != nil {
 		return nil, err
@@ -234,9 +260,9 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 		return nil, &Blocker{Reason: agentsv1.ReasonInvalidSpec, Message: fmt.Sprintf(
 			"the rendered worker configuration is %d bytes, over the limit of %d; shorten spec.instructions or the tool sources", len(doc), maxConfigBytes)}
 	}
-	digest := configDigest(doc, r.SecretDigests)
+	digest := configDigest(doc, secretDigests)
 	agent := r.Agent
-	w := &WorkerObjects{Config: cfg, ConfigDocument: doc, ConfigDigest: digest}
+	w := &WorkerObjects{Config: cfg, ConfigDocument: doc, ConfigDigest: digest, EventHubSecret: hubSecret}
 
 	w.ConfigMap = corev1ac.ConfigMap(ConfigMapName(agent.Name, digest), agent.Namespace).
 		WithLabels(objectLabels(agent.Name, ComponentWorkerConfig)).

@@ -14,6 +14,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -457,5 +458,55 @@ func TestStopTimeoutFollowsTheLongestStepTheAgentAllows(t *testing.T) {
 				t.Errorf("worker args = %v, want --stop-timeout=%s", args, c.want)
 			}
 		})
+	}
+}
+
+func TestRenderEventHubToken(t *testing.T) {
+	agent := testAgent()
+	keyring := func(key string) *hubapi.Keyring {
+		k, err := hubapi.NewKeyring([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	renderWith := func(hub *EventHub) *WorkerObjects {
+		defaults := testDefaults
+		defaults.EventHub = hub
+		resolved, blocker := Resolve(agent, observed(), defaults)
+		if blocker != nil {
+			t.Fatalf("Resolve() blocked: %v", blocker)
+		}
+		w, err := Worker(resolved)
+		if err != nil {
+			t.Fatalf("Worker() = %v", err)
+		}
+		return w
+	}
+	const url = "http://hub.stepwise-system.svc:8090"
+	first := keyring("the first event hub key, 32 bytes or more")
+	withHub := renderWith(&EventHub{URL: url, Keys: first})
+	rekeyed := renderWith(&EventHub{URL: url, Keys: keyring("the second event hub key, 32 bytes or more")})
+	without := renderWith(nil)
+
+	if without.EventHubSecret != nil || without.Config.EventHub != nil {
+		t.Error("an operator without an event hub rendered a token")
+	}
+	hub := withHub.Config.EventHub
+	if hub == nil || hub.URL != url || hub.Token.Secret != EventHubSecretName(agent.Name) || hub.Token.Key != EventHubTokenKey {
+		t.Fatalf("config eventHub = %+v", hub)
+	}
+	token := first.PublishToken(agent.Namespace, agent.Name)
+	if got := string(withHub.EventHubSecret.Data[EventHubTokenKey]); got != token {
+		t.Errorf("the Secret holds %q, not the Agent's publish token", got)
+	}
+	if strings.Contains(string(withHub.ConfigDocument), token) {
+		t.Error("the config document holds the token")
+	}
+	if !slices.Contains(envNames(withHub.Deployment.Spec.Template.Spec.Containers[0].Env), hub.Token.Env) {
+		t.Errorf("the worker gets no %s", hub.Token.Env)
+	}
+	if rekeyed.ConfigDigest == withHub.ConfigDigest {
+		t.Error("a new hub key did not change the digest, so workers would keep the old token")
 	}
 }

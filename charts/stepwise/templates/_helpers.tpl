@@ -45,3 +45,81 @@ app.kubernetes.io/component: operator
 {{- define "stepwise.workerImage" -}}
 {{- default (printf "%s/agent-worker:%s" .Values.image.registry .Chart.AppVersion) .Values.workerImage }}
 {{- end }}
+
+{{/* Labels of one component's objects other than the operator's. */}}
+{{- define "stepwise.componentLabels" -}}
+{{- $labels := include "stepwise.labels" .root | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/component" .component }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/* Labels that select one component's pods. */}}
+{{- define "stepwise.componentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "stepwise.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* The gateway image: <registry>/gateway:<gateway.image.tag or appVersion>. */}}
+{{- define "stepwise.gatewayImage" -}}
+{{- printf "%s/gateway:%s" .Values.image.registry (default .Chart.AppVersion .Values.gateway.image.tag) }}
+{{- end }}
+
+{{/* The event hub's Service name and the URL workers and gateways reach it at. */}}
+{{- define "stepwise.eventHubName" -}}
+{{- printf "%s-event-hub" (include "stepwise.fullname" .) }}
+{{- end }}
+{{- define "stepwise.eventHubURL" -}}
+{{- default (printf "http://%s.%s.svc:%v" (include "stepwise.eventHubName" .) .Release.Namespace .Values.eventHub.port) .Values.eventHub.url }}
+{{- end }}
+
+{{/* The Secret holding the event hub key, under the key `key`. */}}
+{{- define "stepwise.eventHubKeySecret" -}}
+{{- default (printf "%s-event-hub-key" (include "stepwise.fullname" .)) .Values.eventHub.keySecret }}
+{{- end }}
+
+{{/* Where pods mount the event hub key. */}}
+{{- define "stepwise.eventHubKeyDir" -}}
+/etc/stepwise/event-hub
+{{- end }}
+
+{{/*
+The default engine's flags, shared by the operator and the gateway, which
+finds the engine of Agents without spec.engine the same way.
+*/}}
+{{- define "stepwise.engineArgs" -}}
+{{- with .Values.engine }}
+{{- if .address }}
+- {{ printf "--default-engine-address=%s" .address | quote }}
+- {{ printf "--default-engine-namespace=%s" .namespace | quote }}
+{{- if .tls.enabled }}
+- --default-engine-tls
+{{- end }}
+{{- with .tls.secret }}
+- {{ printf "--default-engine-tls-secret=%s" . | quote }}
+{{- end }}
+{{- with .tls.serverName }}
+- {{ printf "--default-engine-tls-server-name=%s" . | quote }}
+{{- end }}
+{{- with .apiKeySecret }}
+- {{ printf "--default-engine-api-key-secret=%s" . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The pod and container security settings every pod of the chart runs with. */}}
+{{- define "stepwise.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+{{- define "stepwise.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+{{- end }}
