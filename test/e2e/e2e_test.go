@@ -15,6 +15,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
@@ -42,6 +43,7 @@ func TestOperatorOnRealPods(t *testing.T) {
 	}{
 		{"the chart installs the operator from its image", installChart},
 		{"the samples' support workers become Ready and run the demo session", supportDemo},
+		{"the gateway runs a session of the worker pods for a user with the verbs, streams its events, and refuses a user without", gatewayOnPods},
 		{"kubectl scale moves running pods", scaleAgent},
 		{"a HorizontalPodAutoscaler scales the Agent through its scale subresource", autoscaleAgent},
 		{"task slots reach the worker", taskSlots},
@@ -67,21 +69,69 @@ func installChart(t *testing.T) {
 		"--set", "engine.address="+engineForPods,
 		// Above the engine's ten-second long poll in this suite.
 		"--set", "rollout.pollerQuietPeriod="+pollerQuietPeriod.String(),
+		"--set", "gateway.replicas=1",
 		"--wait", "--timeout", wait.String())
+	key := hubKey(t)
+
+	// This cluster has no DNS: workers and gateways reach the hub at its
+	// pod's address. The upgrade keeps the key the install made.
+	hubIP := readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=event-hub")
+	helm(t, "upgrade", "stepwise", "../../charts/stepwise", "--namespace", operatorNamespace, "--reuse-values",
+		"--set", "eventHub.url=http://"+hubIP+":8090", "--wait", "--timeout", wait.String())
+	if hubKey(t) != key {
+		t.Fatal("helm upgrade made a new event hub key; it must keep the one the install made")
+	}
+
+	wantImages := map[string]string{
+		"stepwise": image("operator"), "stepwise-gateway": image("gateway"), "stepwise-event-hub": image("gateway"),
+	}
 	var deploy appsv1.DeploymentList
 	if err := kube.List(context.Background(), &deploy, client.InNamespace(operatorNamespace)); err != nil {
 		t.Fatal(err)
 	}
-	if len(deploy.Items) != 1 {
-		t.Fatalf("the chart installed %d Deployments, want the operator's one", len(deploy.Items))
+	if len(deploy.Items) != len(wantImages) {
+		t.Fatalf("the chart installed %d Deployments, want the operator's, the gateway's and the event hub's", len(deploy.Items))
 	}
-	d := deploy.Items[0]
-	if got := d.Spec.Template.Spec.Containers[0].Image; got != image("operator") {
-		t.Fatalf("the operator runs %s, want %s", got, image("operator"))
+	for _, d := range deploy.Items {
+		if got := d.Spec.Template.Spec.Containers[0].Image; got != wantImages[d.Name] {
+			t.Fatalf("Deployment %s runs %s, want %s", d.Name, got, wantImages[d.Name])
+		}
+		if d.Status.AvailableReplicas < 1 {
+			t.Fatalf("Deployment %s has %d available replicas after helm --wait", d.Name, d.Status.AvailableReplicas)
+		}
 	}
-	if d.Status.AvailableReplicas < 1 {
-		t.Fatalf("the operator Deployment has %d available replicas after helm --wait", d.Status.AvailableReplicas)
+}
+
+// hubKey reads the event hub key the chart keeps.
+func hubKey(t *testing.T) string {
+	t.Helper()
+	var secret corev1.Secret
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: "stepwise-event-hub-key"}, &secret); err != nil {
+		t.Fatal(err)
 	}
+	if len(secret.Data["key"]) < 32 {
+		t.Fatalf("the event hub key has %d bytes", len(secret.Data["key"]))
+	}
+	return string(secret.Data["key"])
+}
+
+// readyPodIP waits for one Ready pod with these labels, none terminating,
+// and returns its address, which this host reaches on the bridge.
+func readyPodIP(t *testing.T, namespace, selector string) string {
+	t.Helper()
+	var ip string
+	waitFor(t, "a Ready pod "+selector, func() (bool, error) {
+		pods, err := core.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		if len(pods.Items) != 1 || pods.Items[0].DeletionTimestamp != nil || !podReady(&pods.Items[0]) {
+			return false, nil
+		}
+		ip = pods.Items[0].Status.PodIP
+		return ip != "", nil
+	})
+	return ip
 }
 
 func supportDemo(t *testing.T) {

@@ -194,6 +194,7 @@ func dumpState() {
 		{"get", "stepwise", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by", ".lastTimestamp"},
 		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/component=operator", "--tail", "100"},
+		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/component in (gateway,event-hub)", "--tail", "50"},
 	} {
 		out, err := kubectlErr(args...)
 		fmt.Fprintf(os.Stdout, "--- kubectl %s (%v)\n%s\n", strings.Join(args, " "), err, out)

@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/stepwise-run/stepwise/internal/gateway"
+)
+
+// gatewayRoles are two people of the team that runs support: one may run
+// its sessions and approve their tool calls, the other may only read them.
+const gatewayRoles = `
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: session-operator, namespace: default}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: session-reader, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: support-sessions-operator, namespace: default}
+rules:
+  - apiGroups: [agents.stepwise.run]
+    resources: [agents/sessions]
+    resourceNames: [support]
+    verbs: [get, create, send, approve]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: support-sessions-reader, namespace: default}
+rules:
+  - apiGroups: [agents.stepwise.run]
+    resources: [agents/sessions]
+    resourceNames: [support]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: session-operator, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: support-sessions-operator}
+subjects: [{kind: ServiceAccount, name: session-operator, namespace: default}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: session-reader, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: support-sessions-reader}
+subjects: [{kind: ServiceAccount, name: session-reader, namespace: default}]
+`
+
+// gatewayOnPods drives a session of the support workers through the
+// chart's gateway as people of the team would: Kubernetes tokens, RBAC
+// verbs on agents/sessions, and the session's events from the hub the
+// worker pods publish to.
+func gatewayOnPods(t *testing.T) {
+	apply(t, gatewayRoles)
+	operator, reader := serviceAccountToken(t, "session-operator"), serviceAccountToken(t, "session-reader")
+	base := "http://" + readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=gateway") + ":8080"
+	session := base + "/api/v1/namespaces/default/agents/support/sessions/gateway-e2e"
+
+	var refusal gateway.ErrorBody
+	if status := gatewayCall(t, http.MethodPost, session, reader, gateway.StartRequest{Message: "hi"}, &refusal); status != http.StatusForbidden {
+		t.Fatalf("a reader's start answered %d %+v, want 403", status, refusal)
+	}
+	if status := gatewayCall(t, http.MethodGet, session+"/snapshot", "", nil, &refusal); status != http.StatusUnauthorized {
+		t.Fatalf("a snapshot without a token answered %d, want 401", status)
+	}
+	var accepted gateway.Accepted
+	if status := gatewayCall(t, http.MethodPost, session, operator, gateway.StartRequest{Message: "Please refund order 8"}, &accepted); status != http.StatusOK || !accepted.Accepted {
+		t.Fatalf("start answered %d %+v", status, accepted)
+	}
+
+	var snap gateway.SnapshotResponse
+	waitFor(t, "the session to wait for approval through the gateway", func() (bool, error) {
+		snap = gateway.SnapshotResponse{}
+		status := gatewayCall(t, http.MethodGet, session+"/snapshot", reader, nil, &snap)
+		return status == http.StatusOK && len(snap.Snapshot.PendingInterrupts) == 1, nil
+	})
+	if snap.ResumeToken == "" {
+		t.Fatal("the snapshot of a running turn has no resume token: the workers' events do not reach the hub")
+	}
+	interrupt := snap.Snapshot.PendingInterrupts[0]
+
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	events := openEvents(t, ctx, session+"/events", reader, snap.ResumeToken)
+
+	approve := session + "/interrupts/" + interrupt.ID + "/approve"
+	if status := gatewayCall(t, http.MethodPost, approve, reader, nil, &refusal); status != http.StatusForbidden {
+		t.Fatalf("a reader's approval answered %d %+v, want 403", status, refusal)
+	}
+	if status := gatewayCall(t, http.MethodPost, approve, operator, nil, &accepted); status != http.StatusOK || !accepted.Accepted {
+		t.Fatalf("the approval answered %d %+v", status, accepted)
+	}
+
+	// The stream replays the turn from its start, then follows it to its end.
+	var seen []string
+	for e := range events {
+		seen = append(seen, e.Type)
+		if e.Type == "turn_completed" {
+			break
+		}
+	}
+	if !slices.Contains(seen, "interrupt_raised") || !slices.Contains(seen, "turn_completed") {
+		t.Fatalf("the event stream showed %v; want the replayed interrupt_raised and the turn's turn_completed", seen)
+	}
+	waitFor(t, "the reply through the gateway", func() (bool, error) {
+		snap = gateway.SnapshotResponse{}
+		if gatewayCall(t, http.MethodGet, session+"/snapshot", reader, nil, &snap) != http.StatusOK {
+			return false, nil
+		}
+		msgs := snap.Snapshot.Messages
+		return len(msgs) > 0 && msgs[len(msgs)-1].Role == "assistant" && strings.Contains(msgs[len(msgs)-1].Text, "refund rf-"), nil
+	})
+	t.Logf("events through the gateway: %v", seen)
+}
+
+// serviceAccountToken asks the API server for a short-lived token.
+func serviceAccountToken(t *testing.T, name string) string {
+	t.Helper()
+	tr, err := core.CoreV1().ServiceAccounts("default").CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// gatewayCall sends one request and decodes the JSON answer into out.
+func gatewayCall(t *testing.T, method, url, token string, body, out any) int {
+	t.Helper()
+	var reader io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reader = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s answered %d %q: %v", method, url, resp.StatusCode, raw, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// openEvents reads a session's Server-Sent Events from a resume token
+// until ctx ends.
+func openEvents(t *testing.T, ctx context.Context, url, token, resumeToken string) <-chan gateway.Event {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Last-Event-ID", resumeToken)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // the reader below closes it when the stream ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		t.Fatalf("GET %s answered %d %s", url, resp.StatusCode, raw)
+	}
+	events := make(chan gateway.Event, 1024)
+	go func() {
+		defer close(events)
+		defer func() { _ = resp.Body.Close() }()
+		scanner := bufio.NewScanner(resp.Body)
+		scanner.Buffer(make([]byte, 0, 64*1024), 1<<20)
+		for scanner.Scan() {
+			data, ok := strings.CutPrefix(scanner.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var e gateway.Event
+			if json.Unmarshal([]byte(data), &e) == nil {
+				events <- e
+			}
+		}
+	}()
+	return events
+}
