@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/stepwise-run/stepwise/internal/controller"
@@ -116,10 +117,18 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	if err != nil {
 		return nil, nil, err
 	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	auth, err := gateway.NewKubernetesAuthorizer(cs, splitList(audiences), gateway.DefaultAuthorizerCache)
+	if err != nil {
+		return nil, nil, err
+	}
 	engines := engineadmin.New(logr.FromSlogHandler(logger.Handler()))
 	opts := gateway.Options{
 		Agents:     &gateway.KubernetesAgents{Reader: kube, DefaultEngine: defaultEngine, Engines: engines},
-		Authorizer: &gateway.KubernetesAuthorizer{Client: kube, Audiences: splitList(audiences)},
+		Authorizer: auth,
 		Logger:     logger,
 	}
 	if hubURL != "" {

@@ -4,18 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
-	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	webhooktoken "k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,10 +113,50 @@ func (k *KubernetesAgents) Target(ctx context.Context, ref AgentRef) (Target, fu
 // KubernetesAuthorizer authorizes Kubernetes identities: TokenReview finds
 // who the bearer token belongs to, and SubjectAccessReview asks whether
 // they may do the verb on the agents/sessions subresource of the Agent.
+// Both answers are cached, as the API server caches its own webhooks', so
+// a browser's requests cost no review each; a revoked token or permission
+// stops working within the cache's TTL.
 type KubernetesAuthorizer struct {
-	Client client.Client
-	// Audiences the token must be for; empty takes the API server's.
-	Audiences []string
+	audiences authenticator.Audiences
+	tokens    authenticator.Token
+	access    authorizer.Authorizer
+}
+
+// AuthorizerCache is how long the Kubernetes authorizer keeps answers.
+type AuthorizerCache struct {
+	// Allowed is how long an accepted token and an allowed verb are kept.
+	Allowed time.Duration
+	// Denied is how long a refused token or verb is kept; short, so a
+	// permission just granted works soon.
+	Denied time.Duration
+}
+
+// DefaultAuthorizerCache keeps answers briefly: approvals are the gate of
+// tool calls with effects, so a revoked permission must stop soon.
+var DefaultAuthorizerCache = AuthorizerCache{Allowed: time.Minute, Denied: 10 * time.Second}
+
+// reviewBackoff retries a review the API server failed, briefly: a caller
+// waits on it.
+var reviewBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 3}
+
+// NewKubernetesAuthorizer reviews tokens and access through the API server
+// of cs. A token must be for one of audiences; none takes the API server's.
+func NewKubernetesAuthorizer(cs kubernetes.Interface, audiences []string, ttl AuthorizerCache) (*KubernetesAuthorizer, error) {
+	tokens, err := webhooktoken.NewFromInterface(cs.AuthenticationV1(), nil, reviewBackoff, 10*time.Second,
+		webhooktoken.AuthenticatorMetrics{RecordRequestTotal: func(context.Context, string) {}, RecordRequestLatency: func(context.Context, string, float64) {}})
+	if err != nil {
+		return nil, fmt.Errorf("creating the token reviewer: %w", err)
+	}
+	access, err := authorizerfactory.DelegatingAuthorizerConfig{
+		SubjectAccessReviewClient: cs.AuthorizationV1(),
+		AllowCacheTTL:             ttl.Allowed,
+		DenyCacheTTL:              ttl.Denied,
+		WebhookRetryBackoff:       &reviewBackoff,
+	}.New()
+	if err != nil {
+		return nil, fmt.Errorf("creating the access reviewer: %w", err)
+	}
+	return &KubernetesAuthorizer{audiences: audiences, tokens: tokencache.New(tokens, false, ttl.Allowed, ttl.Denied), access: access}, nil
 }
 
 // Authorize implements Authorizer.
@@ -119,35 +165,52 @@ func (k *KubernetesAuthorizer) Authorize(ctx context.Context, r *http.Request, r
 	if token == "" {
 		return fmt.Errorf("%w: a bearer token is required", ErrUnauthenticated)
 	}
-	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: k.Audiences}}
-	if err := k.Client.Create(ctx, review); err != nil {
-		return fmt.Errorf("reviewing a bearer token: %w", err)
+	if len(k.audiences) > 0 {
+		// The reviewer asks for these audiences and accepts a token for
+		// none of them as it would an invalid one.
+		ctx = authenticator.WithAudiences(ctx, k.audiences)
 	}
-	if !review.Status.Authenticated {
+	resp, ok, err := k.tokens.AuthenticateToken(ctx, token)
+	switch {
+	case err != nil && reviewFailed(err):
+		return reviewUnavailable("review the bearer token", err)
+	case !ok && len(k.audiences) > 0:
+		return fmt.Errorf("%w: the Kubernetes API server does not accept the bearer token for this gateway's audiences (%s)",
+			ErrUnauthenticated, strings.Join(k.audiences, ", "))
+	case !ok:
 		return fmt.Errorf("%w: the Kubernetes API server does not accept the bearer token", ErrUnauthenticated)
 	}
-	user := review.Status.User
-	if len(k.Audiences) > 0 && !slices.ContainsFunc(review.Status.Audiences, func(a string) bool { return slices.Contains(k.Audiences, a) }) {
-		return fmt.Errorf("%w: the bearer token is not for this gateway's audiences", ErrUnauthenticated)
-	}
-	extra := map[string]authorizationv1.ExtraValue{}
-	for key, values := range user.Extra {
-		extra[key] = authorizationv1.ExtraValue(values)
-	}
-	access := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: ref.Namespace, Verb: string(verb), Group: agentsv1.GroupVersion.Group,
-			Resource: "agents", Subresource: "sessions", Name: ref.Name,
-		},
-	}}
-	if err := k.Client.Create(ctx, access); err != nil {
-		return fmt.Errorf("reviewing access for %s: %w", user.Username, err)
-	}
-	if !access.Status.Allowed {
-		return fmt.Errorf("%w: %s may not %s sessions of Agent %s (verb %q on agents/sessions)", ErrForbidden, user.Username, verb, ref, verb)
+	decision, reason, err := k.access.Authorize(ctx, authorizer.AttributesRecord{
+		User: resp.User, Verb: string(verb), Namespace: ref.Namespace, APIGroup: agentsv1.GroupVersion.Group,
+		APIVersion: agentsv1.GroupVersion.Version, Resource: "agents", Subresource: "sessions", Name: ref.Name, ResourceRequest: true,
+	})
+	switch {
+	case err != nil:
+		return reviewUnavailable("review access for "+resp.User.GetName(), err)
+	case decision != authorizer.DecisionAllow:
+		msg := fmt.Sprintf("%s may not %s sessions of Agent %s (verb %q on agents/sessions)", resp.User.GetName(), verb, ref, verb)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		return fmt.Errorf("%w: %s", ErrForbidden, msg)
 	}
 	return nil
+}
+
+// reviewFailed tells a review the API server did not answer from its
+// answer that a token is invalid, which the reviewer also reports as an
+// error.
+func reviewFailed(err error) bool {
+	var status apierrors.APIStatus
+	var network net.Error
+	return errors.As(err, &status) || errors.As(err, &network) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// reviewUnavailable is a review the API server did not answer: the caller
+// may be allowed, so the answer is 503, never 401 or 403.
+func reviewUnavailable(what string, err error) error {
+	return &httpError{status: http.StatusServiceUnavailable, reason: "authorization_unavailable",
+		message: fmt.Sprintf("the gateway could not %s with the Kubernetes API server: %v", what, err)}
 }
 
 // NewKubernetesClient returns the gateway's client: Agents and the worker
