@@ -297,7 +297,8 @@ func badRequest(field, message string) error {
 // ErrorBody is every refusal's body.
 type ErrorBody struct {
 	// Reason is stable, for programs: bad_request, unauthenticated,
-	// forbidden, not_found, session_exists, invalid_token, expired_token,
+	// forbidden, authorization_unavailable, not_found, not_ready,
+	// flow_type_conflict, session_exists, invalid_token, expired_token,
 	// invalid_image, invalid_settings, feature_not_in_effect, no_event_hub,
 	// engine_error.
 	Reason  string `json:"reason"`
