@@ -113,7 +113,7 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	kube, err := gateway.NewKubernetesClient(ctx, cfg, scheme)
+	kube, informers, err := gateway.NewKubernetesClient(ctx, cfg, scheme)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,8 +121,14 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	if err != nil {
 		return nil, nil, err
 	}
-	auth, err := gateway.NewKubernetesAuthorizer(cs, splitList(audiences), gateway.DefaultAuthorizerCache)
+	kubeAuth, err := gateway.NewKubernetesAuthorizer(cs, splitList(audiences), gateway.DefaultAuthorizerCache)
 	if err != nil {
+		return nil, nil, err
+	}
+	// An application token from a labeled Secret is checked first; any
+	// other bearer token goes to the API server.
+	auth := &gateway.TokenAuthorizer{Next: kubeAuth}
+	if err := gateway.WatchApplicationTokens(ctx, informers, auth, logger); err != nil {
 		return nil, nil, err
 	}
 	engines := engineadmin.New(logr.FromSlogHandler(logger.Handler()))

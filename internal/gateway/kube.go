@@ -33,11 +33,12 @@ import (
 )
 
 // The gateway's role: it reads Agents, the worker Deployments that say
-// which Agent holds a Flow type, and the Secrets an Agent's engine names,
-// and asks the API server who a caller is and what they may do.
+// which Agent holds a Flow type, the Secrets an Agent's engine names and
+// the application token Secrets, and asks the API server who a caller is
+// and what they may do.
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -110,6 +111,21 @@ func (k *KubernetesAgents) Target(ctx context.Context, ref AgentRef) (Target, fu
 	return Target{Client: c, FlowType: agent.Spec.FlowType, TaskQueue: render.TaskQueue(agent.Spec.FlowType)}, release, nil
 }
 
+// List implements Agents, from the cache.
+func (k *KubernetesAgents) List(ctx context.Context, namespace string) ([]AgentRef, error) {
+	var list agentsv1.AgentList
+	if err := k.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing Agents: %w", err)
+	}
+	refs := make([]AgentRef, 0, len(list.Items))
+	for i := range list.Items {
+		if a := &list.Items[i]; a.DeletionTimestamp.IsZero() {
+			refs = append(refs, AgentRef{Namespace: a.Namespace, Name: a.Name})
+		}
+	}
+	return refs, nil
+}
+
 // KubernetesAuthorizer authorizes Kubernetes identities: TokenReview finds
 // who the bearer token belongs to, and SubjectAccessReview asks whether
 // they may do the verb on the agents/sessions subresource of the Agent.
@@ -159,11 +175,17 @@ func NewKubernetesAuthorizer(cs kubernetes.Interface, audiences []string, ttl Au
 	return &KubernetesAuthorizer{audiences: audiences, tokens: tokencache.New(tokens, false, ttl.Allowed, ttl.Denied), access: access}, nil
 }
 
-// Authorize implements Authorizer.
-func (k *KubernetesAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error {
+// Authenticate implements Authorizer.
+func (k *KubernetesAuthorizer) Authenticate(ctx context.Context, r *http.Request) error {
+	_, err := k.authenticate(ctx, r)
+	return err
+}
+
+// authenticate reviews the request's bearer token.
+func (k *KubernetesAuthorizer) authenticate(ctx context.Context, r *http.Request) (*authenticator.Response, error) {
 	token := bearerToken(r)
 	if token == "" {
-		return fmt.Errorf("%w: a bearer token is required", ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: a bearer token is required", ErrUnauthenticated)
 	}
 	if len(k.audiences) > 0 {
 		// The reviewer asks for these audiences and accepts a token for
@@ -173,12 +195,21 @@ func (k *KubernetesAuthorizer) Authorize(ctx context.Context, r *http.Request, r
 	resp, ok, err := k.tokens.AuthenticateToken(ctx, token)
 	switch {
 	case err != nil && reviewFailed(err):
-		return reviewUnavailable("review the bearer token", err)
+		return nil, reviewUnavailable("review the bearer token", err)
 	case !ok && len(k.audiences) > 0:
-		return fmt.Errorf("%w: the Kubernetes API server does not accept the bearer token for this gateway's audiences (%s)",
+		return nil, fmt.Errorf("%w: the Kubernetes API server does not accept the bearer token for this gateway's audiences (%s)",
 			ErrUnauthenticated, strings.Join(k.audiences, ", "))
 	case !ok:
-		return fmt.Errorf("%w: the Kubernetes API server does not accept the bearer token", ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: the Kubernetes API server does not accept the bearer token", ErrUnauthenticated)
+	}
+	return resp, nil
+}
+
+// Authorize implements Authorizer.
+func (k *KubernetesAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error {
+	resp, err := k.authenticate(ctx, r)
+	if err != nil {
+		return err
 	}
 	decision, reason, err := k.access.Authorize(ctx, authorizer.AttributesRecord{
 		User: resp.User, Verb: string(verb), Namespace: ref.Namespace, APIGroup: agentsv1.GroupVersion.Group,
@@ -213,33 +244,39 @@ func reviewUnavailable(what string, err error) error {
 		message: fmt.Sprintf("the gateway could not %s with the Kubernetes API server: %v", what, err)}
 }
 
-// NewKubernetesClient returns the gateway's client: Agents and the worker
-// Deployments that hold Flow types are read from a cache it keeps until ctx
-// ends, so a request costs no list; Secrets are read from the API server
-// when needed, so the gateway keeps no copy of the cluster's Secrets.
-func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
+// NewKubernetesClient returns the gateway's client and its cache: Agents,
+// the worker Deployments that hold Flow types and the application token
+// Secrets are read from the cache, kept until ctx ends, so a request costs
+// no list; other Secrets are read from the API server when needed, so the
+// gateway keeps no copy of the cluster's Secrets.
+func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (client.Client, cache.Cache, error) {
 	claimed, err := labels.NewRequirement(render.LabelFlowClaim, selection.Exists, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	objects, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
 		&appsv1.Deployment{}: {Label: labels.NewSelector().Add(*claimed)},
+		&corev1.Secret{}:     {Label: ApplicationTokenSelector()},
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("creating the gateway's cache: %w", err)
+		return nil, nil, fmt.Errorf("creating the gateway's cache: %w", err)
 	}
 	// Informers start on first use; asking now makes the first request
 	// quick and a missing permission fail here rather than per request.
-	for _, obj := range []client.Object{&agentsv1.Agent{}, &appsv1.Deployment{}} {
+	for _, obj := range []client.Object{&agentsv1.Agent{}, &appsv1.Deployment{}, &corev1.Secret{}} {
 		if _, err := objects.GetInformer(ctx, obj); err != nil {
-			return nil, fmt.Errorf("watching %T: %w", obj, err)
+			return nil, nil, fmt.Errorf("watching %T: %w", obj, err)
 		}
 	}
 	go func() { _ = objects.Start(ctx) }()
 	if !objects.WaitForCacheSync(ctx) {
-		return nil, errors.New("the gateway's cache of Agents and worker Deployments did not sync")
+		return nil, nil, errors.New("the gateway's cache of Agents, worker Deployments and application tokens did not sync")
 	}
-	return client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{
+	c, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{
 		Reader: objects, DisableFor: []client.Object{&corev1.Secret{}},
 	}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, objects, nil
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -40,6 +42,8 @@ type kube struct {
 	gateway client.Client
 	// gatewayConfig is the gateway's identity, for its reviews.
 	gatewayConfig *rest.Config
+	// informers are the gateway's cache.
+	informers cache.Cache
 }
 
 func startKube(t *testing.T) *kube {
@@ -80,11 +84,11 @@ func startKube(t *testing.T) *kube {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.NewKubernetesClient(ctx, user.Config(), scheme)
+	gw, informers, err := gateway.NewKubernetesClient(ctx, user.Config(), scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &kube{admin: admin, gateway: gw, gatewayConfig: user.Config()}
+	return &kube{admin: admin, gateway: gw, gatewayConfig: user.Config(), informers: informers}
 }
 
 func must(t *testing.T, err error) {
@@ -236,6 +240,72 @@ func TestKubernetesAuthorizerWithoutTheAPIServerAnswers503(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || body.Reason != "authorization_unavailable" || !strings.Contains(body.Message, "Kubernetes API server") {
 		t.Fatalf("answer %d %+v, want 503 authorization_unavailable naming the Kubernetes API server", rec.Code, body)
 	}
+}
+
+// Application tokens come from labeled Secrets, reach only their own
+// namespace, and follow the Secrets as they change; any other bearer token
+// goes on to the API server.
+func TestApplicationTokensFollowTheirSecrets(t *testing.T) {
+	k := startKube(t)
+	ctx := t.Context()
+	for _, ns := range []string{"team-a", "team-b"} {
+		must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	const token = "an-application-token-of-team-a-0123456789"
+	labeled := map[string]string{gateway.LabelApplicationToken: "true"}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ticketing", Labels: labeled},
+		StringData: map[string]string{"token": token, "verbs": "get, create, send", "agents": "support"}}
+	must(t, k.admin.Create(ctx, secret))
+	// The same kind of Secret without the label is not a token.
+	const unlabeled = "an-unlabeled-token-of-team-a-0123456789"
+	must(t, k.admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "other"},
+		StringData: map[string]string{"token": unlabeled, "verbs": "get"}}))
+
+	auth := &gateway.TokenAuthorizer{Next: k.authorizer(t, gateway.DefaultAuthorizerCache)}
+	must(t, gateway.WatchApplicationTokens(ctx, k.informers, auth, slog.New(slog.DiscardHandler)))
+	support := gateway.AgentRef{Namespace: "team-a", Name: "support"}
+	authorize := func(tok string, ref gateway.AgentRef, verb gateway.Verb) error {
+		return auth.Authorize(ctx, requestWith(tok), ref, verb)
+	}
+	waitUntil(t, "the token to be known", func() bool { return authorize(token, support, gateway.VerbSend) == nil })
+	for _, tc := range []struct {
+		name  string
+		token string
+		ref   gateway.AgentRef
+		verb  gateway.Verb
+		want  error
+	}{
+		{"a verb it does not grant", token, support, gateway.VerbApprove, gateway.ErrForbidden},
+		{"an Agent it does not name", token, gateway.AgentRef{Namespace: "team-a", Name: "billing"}, gateway.VerbGet, gateway.ErrForbidden},
+		{"another namespace", token, gateway.AgentRef{Namespace: "team-b", Name: "support"}, gateway.VerbGet, gateway.ErrForbidden},
+		{"an unlabeled Secret's token", unlabeled, support, gateway.VerbGet, gateway.ErrUnauthenticated},
+	} {
+		if err := authorize(tc.token, tc.ref, tc.verb); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Authorize = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+
+	// A copy of the token in another namespace makes it unusable rather
+	// than reaching that namespace.
+	copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "stolen", Labels: labeled},
+		StringData: map[string]string{"token": token, "verbs": "get"}}
+	must(t, k.admin.Create(ctx, copied))
+	waitUntil(t, "a token two Secrets hold to be refused", func() bool {
+		return errors.Is(authorize(token, support, gateway.VerbGet), gateway.ErrUnauthenticated)
+	})
+	must(t, k.admin.Delete(ctx, copied))
+	waitUntil(t, "the token to work again", func() bool { return authorize(token, support, gateway.VerbGet) == nil })
+
+	// Taking a verb away, then deleting the Secret, takes effect.
+	secret.StringData = map[string]string{"verbs": "get"}
+	must(t, k.admin.Update(ctx, secret))
+	waitUntil(t, "the verb taken away to be refused", func() bool {
+		return errors.Is(authorize(token, support, gateway.VerbSend), gateway.ErrForbidden)
+	})
+	must(t, k.admin.Delete(ctx, secret))
+	waitUntil(t, "the deleted token to be unknown", func() bool {
+		return errors.Is(authorize(token, support, gateway.VerbGet), gateway.ErrUnauthenticated)
+	})
 }
 
 func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsFlowType(t *testing.T) {
