@@ -59,25 +59,42 @@ func (a *TokenAuthorizer) SetGrants(grants map[string]Grant) {
 	a.mu.Unlock()
 }
 
-// Authorize implements Authorizer.
-func (a *TokenAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error {
+// Authenticate implements Authorizer.
+func (a *TokenAuthorizer) Authenticate(ctx context.Context, r *http.Request) error {
+	if _, ok := a.grant(r); ok {
+		return nil
+	}
+	if a.Next != nil {
+		return a.Next.Authenticate(ctx, r)
+	}
+	if bearerToken(r) == "" {
+		return fmt.Errorf("%w: a bearer token is required", ErrUnauthenticated)
+	}
+	return fmt.Errorf("%w: the bearer token is not known", ErrUnauthenticated)
+}
+
+// grant finds the grant of the request's token.
+func (a *TokenAuthorizer) grant(r *http.Request) (Grant, bool) {
 	token := bearerToken(r)
 	if token == "" {
-		if a.Next != nil {
-			return a.Next.Authorize(ctx, r, ref, verb)
-		}
-		return fmt.Errorf("%w: a bearer token is required", ErrUnauthenticated)
+		return Grant{}, false
 	}
 	// Looking up the digest rather than the token keeps the lookup's time
 	// from telling anything of the tokens.
 	a.mu.RLock()
+	defer a.mu.RUnlock()
 	g, ok := a.grants[sha256.Sum256([]byte(token))]
-	a.mu.RUnlock()
+	return g, ok
+}
+
+// Authorize implements Authorizer.
+func (a *TokenAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error {
+	g, ok := a.grant(r)
 	switch {
 	case !ok && a.Next != nil:
 		return a.Next.Authorize(ctx, r, ref, verb)
 	case !ok:
-		return fmt.Errorf("%w: the bearer token is not known", ErrUnauthenticated)
+		return a.Authenticate(ctx, r)
 	case !g.allows(ref, verb):
 		return fmt.Errorf("%w: the token of %s may not %s sessions of Agent %s", ErrForbidden, g.Source, verb, ref)
 	}

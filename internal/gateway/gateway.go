@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"sync"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -44,6 +45,10 @@ type Agents interface {
 	// request is done. It returns ErrAgentNotFound for an Agent that does
 	// not exist.
 	Target(ctx context.Context, ref AgentRef) (Target, func(), error)
+	// List returns the Agents of a namespace, or of every namespace for
+	// "", whoever may read them: the caller's permissions are checked per
+	// Agent.
+	List(ctx context.Context, namespace string) ([]AgentRef, error)
 }
 
 // ErrAgentNotFound is an Agent that does not exist.
@@ -76,6 +81,10 @@ const (
 // to refuse.
 type Authorizer interface {
 	Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error
+	// Authenticate checks only that the caller is known, for a route that
+	// then authorizes Agent by Agent: an unknown caller is refused even
+	// where there is no Agent to refuse them.
+	Authenticate(ctx context.Context, r *http.Request) error
 }
 
 // Refusals of an Authorizer.
@@ -101,7 +110,8 @@ type Options struct {
 
 // Server serves the gateway's routes.
 type Server struct {
-	opts Options
+	opts       Options
+	openAPIDoc func() ([]byte, error)
 }
 
 // New returns a server.
@@ -115,7 +125,9 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opts: opts}
+	s := &Server{opts: opts}
+	s.openAPIDoc = sync.OnceValues(s.OpenAPIDocument)
+	return s
 }
 
 // HealthPath answers the kubelet's probes without a token.
@@ -127,32 +139,66 @@ const SessionPath = "/api/v1/namespaces/{namespace}/agents/{agent}/sessions/{ses
 // maxBodyBytes bounds a request body: a message with its image references.
 const maxBodyBytes = 4 << 20
 
+// sessionRoute is one route on one session: what the handler serves and
+// the OpenAPI document describes, from one table so the two agree.
+type sessionRoute struct {
+	method string
+	// path follows SessionPath.
+	path    string
+	verb    Verb
+	handle  func(*call) (any, error)
+	start   bool
+	summary string
+	// operationID names the route for generated clients.
+	operationID string
+	// request is a zero value of the body, nil for none; optional bodies
+	// may be empty.
+	request      any
+	optionalBody bool
+	response     any
+	query        []parameter
+}
+
+// sessionRoutes is the table of session routes.
+func (s *Server) sessionRoutes() []sessionRoute {
+	return []sessionRoute{
+		{method: http.MethodPost, verb: VerbCreate, handle: s.start, start: true, operationID: "startSession",
+			summary: "Start a session, with a first message unless it is blank.", request: StartRequest{}, optionalBody: true, response: Accepted{}},
+		{method: http.MethodGet, path: "/snapshot", verb: VerbGet, handle: s.snapshot, operationID: "getSnapshot",
+			summary: "Read the session as a page shows it, with the resume token of its event stream.", response: SnapshotResponse{}},
+		{method: http.MethodGet, path: "/messages", verb: VerbGet, handle: s.messages, operationID: "listMessages",
+			summary: "Read a page of stored messages, oldest first.", response: sessions.MessagesPage{}, query: messagesQuery},
+		{method: http.MethodPost, path: "/messages", verb: VerbSend, handle: s.send, operationID: "sendMessage",
+			summary: "Send a message; it starts a turn, or waits for the running one to end.", request: SendRequest{}, response: Accepted{}},
+		{method: http.MethodPost, path: "/steer", verb: VerbSend, handle: s.steer, operationID: "steer",
+			summary: "Steer the running turn with new text or a queued message.", request: SteerRequest{}, response: Accepted{}},
+		{method: http.MethodDelete, path: "/queued/{message}", verb: VerbSend, handle: onPathID("message", (*sessions.Sessions).DeleteQueued), operationID: "deleteQueuedMessage",
+			summary: "Delete a queued message before its turn starts.", request: RequestBody{}, optionalBody: true, response: Accepted{}},
+		{method: http.MethodPost, path: "/turns/{turn}/cancel", verb: VerbCancel, handle: onPathID("turn", (*sessions.Sessions).CancelTurn), operationID: "cancelTurn",
+			summary: "Stop a turn.", request: RequestBody{}, optionalBody: true, response: Accepted{}},
+		{method: http.MethodPost, path: "/interrupts/{interrupt}/approve", verb: VerbApprove, handle: onPathID("interrupt", (*sessions.Sessions).Approve), operationID: "approveToolCall",
+			summary: "Approve a tool call that waits for approval.", request: RequestBody{}, optionalBody: true, response: Accepted{}},
+		{method: http.MethodPost, path: "/interrupts/{interrupt}/reject", verb: VerbApprove, handle: s.reject, operationID: "rejectToolCall",
+			summary: "Reject a tool call that waits for approval, with a message the model sees.", request: RejectRequest{}, optionalBody: true, response: Accepted{}},
+		{method: http.MethodPost, path: "/interrupts/{interrupt}/answer", verb: VerbAnswer, handle: s.answer, operationID: "answerQuestion",
+			summary: "Answer a question.", request: AnswerRequest{}, response: Accepted{}},
+		{method: http.MethodPost, path: "/plan/execute", verb: VerbApprove, handle: s.executePlan, operationID: "executePlan",
+			summary: "Approve a plan revision and run it.", request: ExecutePlanRequest{}, response: Accepted{}},
+		{method: http.MethodPut, path: "/settings", verb: VerbUpdate, handle: s.updateSettings, operationID: "updateSettings",
+			summary: "Replace the session settings the next turn starts with.", request: SettingsRequest{}, response: Accepted{}},
+	}
+}
+
 // Handler returns the routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	routes := []struct {
-		pattern string
-		verb    Verb
-		handle  func(*call) (any, error)
-		start   bool
-	}{
-		{"POST " + SessionPath, VerbCreate, s.start, true},
-		{"GET " + SessionPath + "/snapshot", VerbGet, s.snapshot, false},
-		{"GET " + SessionPath + "/messages", VerbGet, s.messages, false},
-		{"POST " + SessionPath + "/messages", VerbSend, s.send, false},
-		{"POST " + SessionPath + "/steer", VerbSend, s.steer, false},
-		{"DELETE " + SessionPath + "/queued/{message}", VerbSend, onPathID("message", (*sessions.Sessions).DeleteQueued), false},
-		{"POST " + SessionPath + "/turns/{turn}/cancel", VerbCancel, onPathID("turn", (*sessions.Sessions).CancelTurn), false},
-		{"POST " + SessionPath + "/interrupts/{interrupt}/approve", VerbApprove, onPathID("interrupt", (*sessions.Sessions).Approve), false},
-		{"POST " + SessionPath + "/interrupts/{interrupt}/reject", VerbApprove, s.reject, false},
-		{"POST " + SessionPath + "/interrupts/{interrupt}/answer", VerbAnswer, s.answer, false},
-		{"POST " + SessionPath + "/plan/execute", VerbApprove, s.executePlan, false},
-		{"PUT " + SessionPath + "/settings", VerbUpdate, s.updateSettings, false},
-	}
-	for _, rt := range routes {
-		mux.Handle(rt.pattern, s.route(rt.verb, rt.start, rt.handle))
+	for _, rt := range s.sessionRoutes() {
+		mux.Handle(rt.method+" "+SessionPath+rt.path, s.route(rt.verb, rt.start, rt.handle))
 	}
 	mux.Handle("GET "+SessionPath+"/events", s.route(VerbGet, false, nil))
+	mux.HandleFunc("GET "+WaitingPath, s.waiting)
+	mux.HandleFunc("GET "+NamespaceWaitingPath, s.waiting)
+	mux.HandleFunc("GET "+OpenAPIPath, s.openAPI)
 	mux.HandleFunc("GET "+HealthPath, hubapi.Healthy)
 	return mux
 }

@@ -8,12 +8,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/stepwise-run/stepwise/internal/contract"
@@ -315,25 +320,99 @@ func (s *Sessions) query(ctx context.Context, sessionID, name string, out any, a
 type WaitingSession struct {
 	SessionID string `json:"sessionId"`
 	FlowType  string `json:"flowType"`
+	// Steps are the searched Steps the session waits in.
+	Steps []string `json:"steps,omitempty"`
+	// StartTime is when the session started.
+	StartTime time.Time `json:"startTime"`
+}
+
+// WaitingQuery narrows a search for waiting sessions.
+type WaitingQuery struct {
+	// FlowType limits the search to one Flow type; empty searches all.
+	FlowType string
+	// Steps are the Steps searched; empty searches both Steps a session
+	// waits in for a person.
+	Steps []string
+	// Limit bounds the sessions returned; 0 returns all.
+	Limit int
 }
 
 // Waiting finds the running sessions of every Flow type that wait in a
 // Step, such as StepAwaitToolApproval. The search is eventually consistent:
 // a session appears shortly after it starts waiting.
 func Waiting(ctx context.Context, c client.Client, namespace, step string) ([]WaitingSession, error) {
-	query := fmt.Sprintf("%s = %q AND ExecutionStatus = 'Running'", engine.ActiveStepsAttribute, step)
-	var out []WaitingSession
+	found, _, err := FindWaiting(ctx, c, namespace, WaitingQuery{Steps: []string{step}})
+	return found, err
+}
+
+// FindWaiting finds the running sessions that wait in the query's Steps,
+// newest first; more reports sessions left out by the limit. The search is
+// eventually consistent, as Waiting's is.
+func FindWaiting(ctx context.Context, c client.Client, namespace string, q WaitingQuery) (found []WaitingSession, more bool, err error) {
+	steps := q.Steps
+	if len(steps) == 0 {
+		steps = []string{StepAwaitToolApproval, StepAwaitQuestionAnswer}
+	}
+	query, err := waitingQuery(q.FlowType, steps)
+	if err != nil {
+		return nil, false, err
+	}
 	var token []byte
 	for {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query, NextPageToken: token})
 		if err != nil {
-			return nil, fmt.Errorf("finding sessions waiting in %s: %w", step, err)
+			return nil, false, fmt.Errorf("finding sessions waiting in %s: %w", strings.Join(steps, ", "), err)
 		}
 		for _, e := range resp.GetExecutions() {
-			out = append(out, WaitingSession{SessionID: e.GetExecution().GetWorkflowId(), FlowType: e.GetType().GetName()})
+			if q.Limit > 0 && len(found) == q.Limit {
+				return found, true, nil
+			}
+			found = append(found, WaitingSession{
+				SessionID: e.GetExecution().GetWorkflowId(),
+				FlowType:  e.GetType().GetName(),
+				Steps:     activeSteps(e.GetSearchAttributes(), steps),
+				StartTime: e.GetStartTime().AsTime(),
+			})
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return out, nil
+			return found, false, nil
 		}
 	}
+}
+
+// waitingQuery is the visibility query of a search. Names are quoted into
+// it, so one that could end its quotes is refused rather than escaped.
+func waitingQuery(flowType string, steps []string) (string, error) {
+	quoted := make([]string, len(steps))
+	for i, step := range steps {
+		if !queryNamePattern.MatchString(step) {
+			return "", fmt.Errorf("%q is not a Step name", step)
+		}
+		quoted[i] = "'" + step + "'"
+	}
+	query := fmt.Sprintf("%s IN (%s) AND ExecutionStatus = 'Running'", engine.ActiveStepsAttribute, strings.Join(quoted, ", "))
+	if flowType != "" {
+		if !queryNamePattern.MatchString(flowType) {
+			return "", fmt.Errorf("%q is not a Flow type name", flowType)
+		}
+		query += " AND WorkflowType = '" + flowType + "'"
+	}
+	// No ORDER BY: SQL visibility stores refuse it, and every store lists
+	// running executions newest first.
+	return query, nil
+}
+
+var queryNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,256}$`)
+
+// activeSteps are those of searched a session's search attributes list.
+func activeSteps(attrs *commonpb.SearchAttributes, searched []string) []string {
+	payload := attrs.GetIndexedFields()[engine.ActiveStepsAttribute]
+	if payload == nil {
+		return nil
+	}
+	var active []string
+	if err := converter.GetDefaultDataConverter().FromPayload(payload, &active); err != nil {
+		return nil
+	}
+	return slices.DeleteFunc(active, func(s string) bool { return !slices.Contains(searched, s) })
 }
