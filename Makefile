@@ -150,12 +150,13 @@ bench-scale: envtest ## Apply 1,000 Agents at once to the operator on a real API
 ##@ Build and run
 
 .PHONY: build
-build: ## Build the operator, the stock worker, the example worker, the CLI and the gateway into bin/.
+build: ## Build the operator, the stock worker, the example worker, the CLI, the gateway and the kubectl plugin into bin/.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/agent-worker ./cmd/agent-worker
 	go build -o $(BIN)/support-worker ./examples/support-worker
 	go build -o $(BIN)/stepwise ./cmd/stepwise
 	go build -o $(BIN)/stepwise-gateway ./cmd/gateway
+	go build -o $(BIN)/kubectl-stepwise ./cmd/kubectl-stepwise
 
 .PHONY: images
 images: ## Build the OCI image archives of the operator, the workers and the pause image into bin/images, with no container engine.

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
 )
 
 // gatewayRoles are two people of the team that runs support: one may run
@@ -94,6 +98,8 @@ func gatewayOnPods(t *testing.T) {
 	}
 	interrupt := snap.Snapshot.PendingInterrupts[0]
 
+	pluginAndApplicationTokens(t, base, operator, reader, interrupt.ID)
+
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	events := openEvents(t, ctx, session+"/events", reader, snap.ResumeToken)
@@ -126,6 +132,61 @@ func gatewayOnPods(t *testing.T) {
 		return len(msgs) > 0 && msgs[len(msgs)-1].Role == "assistant" && strings.Contains(msgs[len(msgs)-1].Text, "refund rf-"), nil
 	})
 	t.Logf("events through the gateway: %v", seen)
+}
+
+// supportDashboard is an application's token: it may read the sessions of
+// support, and do nothing else.
+const supportDashboard = `
+apiVersion: v1
+kind: Secret
+metadata:
+  name: support-dashboard
+  namespace: default
+  labels: {agents.stepwise.run/gateway-token: "true"}
+stringData:
+  token: 3f1d0c5e9a7b4c2d8e6f1a3b5c7d9e0f2a4b6c8d
+  verbs: get
+  agents: support
+`
+
+// pluginAndApplicationTokens finds the session waiting for approval with
+// the kubectl plugin, as the operator's kubeconfig user, and reads it with
+// an application token from a Secret the gateways watch.
+func pluginAndApplicationTokens(t *testing.T, base, operator, reader, interrupt string) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	config := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n" +
+		"contexts: [{name: ctx, context: {cluster: c, user: u, namespace: default}}]\ncurrent-context: ctx\n" +
+		"users: [{name: u, user: {token: " + operator + "}}]\n"
+	if err := os.WriteFile(kubeconfig, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"KUBECONFIG": kubeconfig, "STEPWISE_GATEWAY": base}
+	kubectl := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		status := kubectlstepwise.Run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+		return status, out.String(), errOut.String()
+	}
+	waitFor(t, "the session in kubectl stepwise waiting", func() (bool, error) {
+		status, out, errOut := kubectl("waiting")
+		return status == 0 && strings.Contains(out, "gateway-e2e") && strings.Contains(out, "AwaitToolApproval"),
+			fmt.Errorf("%d %q %q", status, out, errOut)
+	})
+	if status, _, errOut := kubectl("approve", "support", "gateway-e2e", interrupt, "--token", reader); status != 1 || !strings.Contains(errOut, "forbidden:") {
+		t.Fatalf("kubectl stepwise approve as the reader = %d %q, want refused", status, errOut)
+	}
+
+	apply(t, supportDashboard)
+	const appToken = "3f1d0c5e9a7b4c2d8e6f1a3b5c7d9e0f2a4b6c8d"
+	session := base + "/api/v1/namespaces/default/agents/support/sessions/gateway-e2e"
+	waitFor(t, "the gateway to take the application token", func() (bool, error) {
+		var snap gateway.SnapshotResponse
+		return gatewayCall(t, http.MethodGet, session+"/snapshot", appToken, nil, &snap) == http.StatusOK, nil
+	})
+	var refusal gateway.ErrorBody
+	if status := gatewayCall(t, http.MethodPost, session+"/interrupts/"+interrupt+"/approve", appToken, nil, &refusal); status != http.StatusForbidden ||
+		!strings.Contains(refusal.Message, "Secret default/support-dashboard") {
+		t.Fatalf("an approval with the read-only application token answered %d %+v, want 403", status, refusal)
+	}
 }
 
 // serviceAccountToken asks the API server for a short-lived token.
