@@ -139,6 +139,7 @@ func TestTheKubectlPluginRefusesWhatItCannotSend(t *testing.T) {
 	}{
 		{"no gateway", noGateway, []string{"get", "support", "s-1"}, 1, "pass --gateway or set STEPWISE_GATEWAY"},
 		{"a gateway that is not a URL", withGateway, []string{"get", "support", "s-1", "--gateway", "gateway:80"}, 1, `--gateway "gateway:80" is not an http or https URL`},
+		{"a gateway that would carry the token in clear", withGateway, []string{"get", "support", "s-1", "--gateway", "http://gateway.example:80"}, 1, "would carry your token in clear"},
 		{"a client certificate", certificateUser, []string{"get", "support", "s-1"}, 1, "pass --token"},
 		{"an unknown command", withGateway, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"a missing argument", withGateway, []string{"answer", "support", "s-1", "i-1"}, 2, "answer needs <agent> <session> <interrupt> <answer>"},

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -78,6 +79,7 @@ type options struct {
 	allNamespaces                  bool
 	steps                          stringList
 	timeout                        time.Duration
+	plainHTTP                      bool
 }
 
 type stringList []string
@@ -105,6 +107,7 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 		flags.BoolVar(&o.allNamespaces, name, false, "waiting: search every namespace.")
 	}
 	flags.Var(&o.steps, "step", "waiting: a Step to search; repeat for more (default AwaitToolApproval and AwaitQuestionAnswer).")
+	flags.BoolVar(&o.plainHTTP, "plain-http", false, "Allow an http gateway URL other than localhost's, which carries the token in clear.")
 	flags.DurationVar(&o.timeout, "timeout", 60*time.Second, "How long a command may take.")
 	flags.Usage = func() {
 		fmt.Fprint(stderr, usage)
@@ -162,6 +165,15 @@ func parseInterleaved(flags *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// loopback is a host name that stays on this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // plugin sends commands to one gateway as one caller.
 type plugin struct {
 	o         options
@@ -191,6 +203,11 @@ func newPlugin(o options, env Env) (*plugin, error) {
 	base, err := url.Parse(o.gateway)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("--gateway %q is not an http or https URL", o.gateway)
+	}
+	if base.Scheme == "http" && !loopback(base.Hostname()) && !o.plainHTTP {
+		// The token is the person's cluster credential: it must not cross
+		// a network in clear by accident.
+		return nil, fmt.Errorf("--gateway %q would carry your token in clear: use https, a port-forward to localhost, or --plain-http", o.gateway)
 	}
 	p := &plugin{o: o, namespace: namespace, base: base, http: &http.Client{}}
 	if o.token != "" {

@@ -163,6 +163,8 @@ func pluginAndApplicationTokens(t *testing.T, base, operator, reader, interrupt 
 	env := map[string]string{"KUBECONFIG": kubeconfig, "STEPWISE_GATEWAY": base}
 	kubectl := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
+		// The test cluster's pod network is this host's own bridge.
+		args = append(args, "--plain-http")
 		status := kubectlstepwise.Run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
 		return status, out.String(), errOut.String()
 	}
