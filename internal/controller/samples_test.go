@@ -95,6 +95,7 @@ var _ = Describe("charts/stepwise", func() {
 				{"patch", "agents.agents.stepwise.run", "--subresource=status"},
 				{"create", "deployments.apps", "--namespace", "team-a"},
 				{"delete", "deployments.apps", "--namespace", "team-a"}, // a drained worker version's
+				{"create", "secrets", "--namespace", "team-a"},          // an Agent's event hub publish token
 				{"update", "leases.coordination.k8s.io", "--namespace", install.namespace},
 			} {
 				out, err = kubectl(append([]string{"auth", "can-i", "--as", serviceAccount}, allowed...)...)
@@ -102,8 +103,10 @@ var _ = Describe("charts/stepwise", func() {
 				Expect(out).To(HavePrefix("yes"), "%v", allowed)
 			}
 			for _, denied := range [][]string{
-				{"create", "secrets", "--namespace", "team-a"},
+				{"update", "secrets", "--namespace", "team-a"}, // the publish token is applied, never replaced whole
+				{"create", "pods", "--namespace", "team-a"},
 				{"delete", "pods", "--namespace", "team-a"},
+				{"create", "rolebindings.rbac.authorization.k8s.io", "--namespace", "team-a"},
 				{"update", "leases.coordination.k8s.io", "--namespace", "team-a"},
 			} {
 				out, _ = kubectl(append([]string{"auth", "can-i", "--as", serviceAccount}, denied...)...)
