@@ -26,6 +26,13 @@ CRANE          := $(BIN)/crane-$(CRANE_VERSION)
 VERSITYGW      := $(BIN)/versitygw-$(VERSITYGW_VERSION)
 # The reference MCP servers, from npm, cached by the digest of their lock.
 MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
+# playwright-core, from npm, which drives the system's Chromium in the web
+# page's tests; cached by the digest of its lock.
+BROWSER_DRIVER := $(BIN)/browser-driver-$(shell sha256sum hack/tools/browser/package-lock.json | cut -c1-12)
+CHROMIUM       ?= $(shell command -v chromium || echo /usr/bin/chromium)
+# Where tests keep what a person reads after a run: the web page's
+# screenshots (git ignores .local/).
+TEST_ARTIFACTS := $(CURDIR)/.local/test-artifacts
 
 # The operator's Helm chart, and where `make chart-check` writes the API
 # server's schemas for kubeconform (git ignores .local/).
@@ -111,9 +118,10 @@ chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its re
 	$(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)' config/samples examples/autoscaling/hpa.yaml
 
 .PHONY: test
-test: verify-tree verify-gen vet lint envtest temporal mcp-servers versitygw chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server, MCP servers and S3 server, a short fuzz run, then the end-to-end suite on a real single-node cluster.
+test: verify-tree verify-gen vet lint envtest temporal mcp-servers versitygw browser-driver chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server, MCP servers and S3 server, a short fuzz run, then the end-to-end suite on a real single-node cluster.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
 	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) STEPWISE_VERSITYGW=$(VERSITYGW) \
+	STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) \
 		go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory e2e
@@ -266,6 +274,15 @@ $(MCP_SERVERS)/.ready: hack/tools/mcp-servers/package.json hack/tools/mcp-server
 	mkdir -p $(MCP_SERVERS)
 	cp hack/tools/mcp-servers/package.json hack/tools/mcp-servers/package-lock.json $(MCP_SERVERS)/
 	cd $(MCP_SERVERS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+.PHONY: browser-driver
+browser-driver: $(BROWSER_DRIVER)/.ready ## Install playwright-core, which drives the system's headless Chromium in the web page's tests, from npm into bin/.
+
+$(BROWSER_DRIVER)/.ready: hack/tools/browser/package.json hack/tools/browser/package-lock.json
+	mkdir -p $(BROWSER_DRIVER)
+	cp hack/tools/browser/package.json hack/tools/browser/package-lock.json $(BROWSER_DRIVER)/
+	cd $(BROWSER_DRIVER) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(CONTROLLER_GEN):

@@ -49,7 +49,15 @@ type Agents interface {
 	// "", whoever may read them: the caller's permissions are checked per
 	// Agent.
 	List(ctx context.Context, namespace string) ([]AgentRef, error)
+	// Graph returns the session Flow graph the operator published for the
+	// Agent, a JSON document; ErrAgentNotFound for an Agent that does not
+	// exist, ErrGraphNotPublished for one whose graph is not published yet.
+	Graph(ctx context.Context, ref AgentRef) ([]byte, error)
 }
+
+// ErrGraphNotPublished is an Agent whose session Flow graph the operator
+// has not published yet.
+var ErrGraphNotPublished = errors.New("session Flow graph not published")
 
 // ErrAgentNotFound is an Agent that does not exist.
 var ErrAgentNotFound = errors.New("agent not found")
@@ -199,6 +207,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+WaitingPath, s.waiting)
 	mux.HandleFunc("GET "+NamespaceWaitingPath, s.waiting)
 	mux.HandleFunc("GET "+OpenAPIPath, s.openAPI)
+	mux.HandleFunc("GET "+GraphPath, s.graph)
+	s.pageRoutes(mux)
 	mux.HandleFunc("GET "+HealthPath, hubapi.Healthy)
 	return mux
 }
@@ -212,6 +222,9 @@ type call struct {
 	sessionID string
 	target    Target
 	sessions  *sessions.Sessions
+	// activeSteps are the Steps the session is in when checkSession read
+	// it.
+	activeSteps []string
 }
 
 // decode reads the JSON body into v; unknown fields are refused, so a
@@ -319,6 +332,7 @@ func (s *Server) checkSession(c *call, start bool) error {
 		}
 		return sessionNotFound(c)
 	}
+	c.activeSteps = sessions.ActiveSteps(desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes())
 	return nil
 }
 

@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,8 @@ import (
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/version"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -38,6 +43,21 @@ func (a agents) Target(_ context.Context, ref gateway.AgentRef) (gateway.Target,
 		return gateway.Target{}, nil, errors.New("dial tcp 10.0.0.1:7233: connection refused")
 	}
 	return gateway.Target{Client: a.stack.Client, FlowType: flowType, TaskQueue: "stepwise/" + flowType}, func() {}, nil
+}
+
+// Graph serves the graph the operator would publish for the Agent's Flow
+// type.
+func (a agents) Graph(_ context.Context, ref gateway.AgentRef) ([]byte, error) {
+	flowType, ok := a.flowTypes[ref]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", gateway.ErrAgentNotFound, ref)
+	}
+	graph, err := session.Graph(flowType, version.EngineVersion)
+	if err != nil {
+		return nil, err
+	}
+	doc, _, err := graph.Document()
+	return doc, err
 }
 
 func (a agents) List(_ context.Context, namespace string) ([]gateway.AgentRef, error) {
@@ -72,6 +92,7 @@ type fixture struct {
 	worker  *enginetest.Worker
 	hub     *hub.Hub
 	gateway string
+	streams *streams
 }
 
 // start runs a dev server, a worker of Agent team-a/support that publishes
@@ -91,6 +112,9 @@ func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	stack.Config.Agent = workerconfig.AgentRef{Namespace: support.Namespace, Name: support.Name}
 	stack.Config.EventHub = &workerconfig.EventHub{URL: hubServer.URL, Token: workerconfig.SecretEnv{Env: "STEPWISE_EVENT_HUB_TOKEN"}}
 	stack.Env = append(stack.Env, "STEPWISE_EVENT_HUB_TOKEN="+keys.PublishToken(support.Namespace, support.Name))
+	// Plan mode on, so the page can draft and execute a plan.
+	stack.Config.Definition.BuiltInTools = append(stack.Config.Definition.BuiltInTools, "write_todos")
+	stack.Config.Definition.PlanMode = &workerconfig.PlanMode{PlanningToolChoice: "auto"}
 	worker := stack.StartWorker()
 
 	auth := &gateway.TokenAuthorizer{}
@@ -109,9 +133,59 @@ func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	gw := httptest.NewServer(gateway.New(o).Handler())
+	streams := &streams{conns: map[net.Conn]bool{}}
+	gw := httptest.NewUnstartedServer(streams.track(gateway.New(o).Handler()))
+	gw.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, c)
+	}
+	gw.Start()
 	t.Cleanup(func() { gw.CloseClientConnections(); gw.Close() })
-	return &fixture{stack: stack, worker: worker, hub: h, gateway: gw.URL}
+	return &fixture{stack: stack, worker: worker, hub: h, gateway: gw.URL, streams: streams}
+}
+
+// connKey holds a request's connection in its context.
+type connKey struct{}
+
+// streams records the gateway's event stream requests and cuts their
+// connections on demand, as a dropped network would.
+type streams struct {
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	// lastEventIDs are the Last-Event-ID headers of the requests, in order.
+	lastEventIDs []string
+}
+
+func (s *streams) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/events") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		conn, _ := r.Context().Value(connKey{}).(net.Conn)
+		s.mu.Lock()
+		s.conns[conn] = true
+		s.lastEventIDs = append(s.lastEventIDs, r.Header.Get("Last-Event-ID"))
+		s.mu.Unlock()
+		defer func() { s.mu.Lock(); delete(s.conns, conn); s.mu.Unlock() }()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cut closes the connection of every open event stream and reports how
+// many it closed.
+func (s *streams) cut() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	return len(s.conns)
+}
+
+func (s *streams) requests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lastEventIDs)
 }
 
 func sessionURL(f *fixture, ref gateway.AgentRef, id string) string {

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -33,12 +34,13 @@ import (
 )
 
 // The gateway's role: it reads Agents, the worker Deployments that say
-// which Agent holds a Flow type, the Secrets an Agent's engine names and
-// the application token Secrets, and asks the API server who a caller is
+// which Agent holds a Flow type, the Secrets an Agent's engine names, the
+// application token Secrets and the session Flow graph ConfigMaps, and asks the API server who a caller is
 // and what they may do.
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -124,6 +126,35 @@ func (k *KubernetesAgents) List(ctx context.Context, namespace string) ([]AgentR
 		}
 	}
 	return refs, nil
+}
+
+// Graph implements Agents: the graph ConfigMap the operator publishes,
+// read from the API server, as the gateway caches no ConfigMaps.
+func (k *KubernetesAgents) Graph(ctx context.Context, ref AgentRef) ([]byte, error) {
+	agent := &agentsv1.Agent{}
+	err := k.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, agent)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && !agent.DeletionTimestamp.IsZero()):
+		return nil, fmt.Errorf("%w: Agent %s does not exist", ErrAgentNotFound, ref)
+	case err != nil:
+		return nil, fmt.Errorf("reading Agent %s: %w", ref, err)
+	}
+	cm := &corev1.ConfigMap{}
+	err = k.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: render.GraphConfigMapName(ref.Name)}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%w: Agent %s", ErrGraphNotPublished, ref)
+	case err != nil:
+		return nil, fmt.Errorf("reading the session Flow graph of Agent %s: %w", ref, err)
+	}
+	// A ConfigMap of that name that the Agent does not own is not the
+	// operator's graph: a user who may write ConfigMaps could put any
+	// document there.
+	doc, ok := cm.Data[render.GraphFileName]
+	if !ok || !metav1.IsControlledBy(cm, agent) {
+		return nil, fmt.Errorf("%w: Agent %s", ErrGraphNotPublished, ref)
+	}
+	return []byte(doc), nil
 }
 
 // KubernetesAuthorizer authorizes Kubernetes identities: TokenReview finds
@@ -273,7 +304,7 @@ func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.
 		return nil, nil, errors.New("the gateway's cache of Agents, worker Deployments and application tokens did not sync")
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{
-		Reader: objects, DisableFor: []client.Object{&corev1.Secret{}},
+		Reader: objects, DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}},
 	}})
 	if err != nil {
 		return nil, nil, err

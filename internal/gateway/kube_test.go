@@ -377,3 +377,41 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func TestKubernetesAgentsServeOnlyTheGraphTheAgentOwns(t *testing.T) {
+	k := startKube(t)
+	ctx := t.Context()
+	must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}))
+	support := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "support"},
+		Spec: agentsv1.AgentSpec{FlowType: "SupportAgent", Model: agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"}}}
+	must(t, k.admin.Create(ctx, support))
+	agents := &gateway.KubernetesAgents{Reader: k.gateway}
+	ref := gateway.AgentRef{Namespace: "team-a", Name: "support"}
+	waitUntil(t, "the gateway's cache sees the Agent", func() bool {
+		_, err := agents.Graph(ctx, ref)
+		return !errors.Is(err, gateway.ErrAgentNotFound)
+	})
+	if _, err := agents.Graph(ctx, ref); !errors.Is(err, gateway.ErrGraphNotPublished) {
+		t.Fatalf("an Agent with no graph: %v, want ErrGraphNotPublished", err)
+	}
+	// A ConfigMap of the graph's name that someone else wrote is not the
+	// operator's graph.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: render.GraphConfigMapName("support")},
+		Data: map[string]string{render.GraphFileName: `{"flowType":"forged"}`}}
+	must(t, k.admin.Create(ctx, cm))
+	if _, err := agents.Graph(ctx, ref); !errors.Is(err, gateway.ErrGraphNotPublished) {
+		t.Fatalf("a graph ConfigMap the Agent does not own: %v, want ErrGraphNotPublished", err)
+	}
+	isController := true
+	cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
+		Name: support.Name, UID: support.UID, Controller: &isController}}
+	cm.Data[render.GraphFileName] = `{"flowType":"SupportAgent"}`
+	must(t, k.admin.Update(ctx, cm))
+	doc, err := agents.Graph(ctx, ref)
+	if err != nil || string(doc) != `{"flowType":"SupportAgent"}` {
+		t.Fatalf("the published graph = %s, %v", doc, err)
+	}
+	if _, err := agents.Graph(ctx, gateway.AgentRef{Namespace: "team-a", Name: "missing"}); !errors.Is(err, gateway.ErrAgentNotFound) {
+		t.Fatalf("an Agent that does not exist: %v, want ErrAgentNotFound", err)
+	}
+}

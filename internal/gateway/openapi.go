@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/version"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -211,6 +212,9 @@ func (s *Server) OpenAPIDocument() ([]byte, error) {
 		{NamespaceWaitingPath, &openAPIOperation{OperationID: "listNamespaceWaitingSessions", Parameters: waitingQuery,
 			Summary: "List the sessions waiting for a person, newest first, across the Agents of one namespace whose sessions the caller may get."},
 			WaitingResponse{}, "application/json"},
+		{GraphPath, &openAPIOperation{OperationID: "getFlowGraph", Verb: VerbGet,
+			Summary: "Read the session Flow graph the operator published for the Agent: its Steps, transitions and actions; a snapshot's activeSteps name the Steps a session is in."},
+			session.FlowGraph{}, "application/json"},
 		{OpenAPIPath, &openAPIOperation{OperationID: "getOpenAPIDocument", Summary: "This document.", Security: []map[string][]string{{}}},
 			nil, ""},
 	}

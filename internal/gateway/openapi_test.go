@@ -84,8 +84,8 @@ func TestTheOpenAPIDocumentDescribesTheRoutesTheGatewayServes(t *testing.T) {
 			}
 		}
 	}
-	if operations != 16 {
-		t.Errorf("the document has %d operations, want the 16 routes", operations)
+	if operations != 17 {
+		t.Errorf("the document has %d operations, want the 17 routes", operations)
 	}
 
 	// Real answers conform to the schemas the document gives them.
@@ -106,6 +106,7 @@ func TestTheOpenAPIDocumentDescribesTheRoutesTheGatewayServes(t *testing.T) {
 	conforms(t, doc, "SnapshotResponse", get(sessionURL(f, support, "s-doc")+"/snapshot", readerToken))
 	conforms(t, doc, "MessagesPage", get(sessionURL(f, support, "s-doc")+"/messages", readerToken))
 	conforms(t, doc, "WaitingResponse", get(f.gateway+gateway.WaitingPath, operatorToken))
+	conforms(t, doc, "FlowGraph", get(f.gateway+"/api/v1/namespaces/team-a/agents/support/graph", readerToken))
 	conforms(t, doc, "ErrorBody", get(sessionURL(f, support, "s-none")+"/snapshot", readerToken))
 	raw, _ := json.Marshal(gateway.Accepted{Accepted: true})
 	conforms(t, doc, "Accepted", raw)

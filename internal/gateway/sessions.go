@@ -205,12 +205,15 @@ type SnapshotResponse struct {
 	Snapshot sessions.Snapshot `json:"snapshot"`
 	// ResumeToken is empty when the gateway has no event hub.
 	ResumeToken string `json:"resumeToken,omitempty"`
+	// ActiveSteps are the Steps of the Agent's session Flow graph the
+	// session is in, sorted; empty while it waits for a message.
+	ActiveSteps []string `json:"activeSteps"`
 }
 
 func (s *Server) snapshot(c *call) (any, error) {
 	if s.opts.Hub == nil {
 		snap, err := c.sessions.Snapshot(c.ctx, c.sessionID)
-		return SnapshotResponse{Snapshot: snap}, err
+		return SnapshotResponse{Snapshot: snap, ActiveSteps: nonNil(c.activeSteps)}, err
 	}
 	key := c.hubKey()
 	// The position is read before the snapshot, so no event after the
@@ -232,7 +235,16 @@ func (s *Server) snapshot(c *call) (any, error) {
 		}
 		token = turn.TurnStart
 	}
-	return SnapshotResponse{Snapshot: snap, ResumeToken: token}, nil
+	return SnapshotResponse{Snapshot: snap, ResumeToken: token, ActiveSteps: nonNil(c.activeSteps)}, nil
+}
+
+// nonNil keeps an empty list a JSON array, which a page iterates without a
+// check.
+func nonNil(steps []string) []string {
+	if steps == nil {
+		return []string{}
+	}
+	return steps
 }
 
 func (s *Server) messages(c *call) (any, error) {

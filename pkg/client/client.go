@@ -406,6 +406,13 @@ var queryNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,256}$`)
 
 // activeSteps are those of searched a session's search attributes list.
 func activeSteps(attrs *commonpb.SearchAttributes, searched []string) []string {
+	return slices.DeleteFunc(ActiveSteps(attrs), func(s string) bool { return !slices.Contains(searched, s) })
+}
+
+// ActiveSteps are the Steps a session is in, sorted, from the search
+// attributes a description or a visibility listing of the session carries;
+// nil where the engine does not keep them.
+func ActiveSteps(attrs *commonpb.SearchAttributes) []string {
 	payload := attrs.GetIndexedFields()[engine.ActiveStepsAttribute]
 	if payload == nil {
 		return nil
@@ -414,5 +421,5 @@ func activeSteps(attrs *commonpb.SearchAttributes, searched []string) []string {
 	if err := converter.GetDefaultDataConverter().FromPayload(payload, &active); err != nil {
 		return nil
 	}
-	return slices.DeleteFunc(active, func(s string) bool { return !slices.Contains(searched, s) })
+	return active
 }

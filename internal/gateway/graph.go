@@ -1,0 +1,40 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// GraphPath serves an Agent's session Flow graph, the document the operator
+// publishes, to whoever may read the Agent's sessions: a page draws it with
+// the Steps a session is in, which the snapshot lists.
+const GraphPath = "/api/v1/namespaces/{namespace}/agents/{agent}/graph"
+
+func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
+	ref := AgentRef{Namespace: r.PathValue("namespace"), Name: r.PathValue("agent")}
+	switch {
+	case !namespacePattern.MatchString(ref.Namespace):
+		s.fail(w, r, badRequest("namespace", fmt.Sprintf("%q is not a namespace name", ref.Namespace)))
+		return
+	case !agentPattern.MatchString(ref.Name):
+		s.fail(w, r, badRequest("agent", fmt.Sprintf("%q is not an Agent name", ref.Name)))
+		return
+	}
+	if err := s.opts.Authorizer.Authorize(r.Context(), r, ref, VerbGet); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	doc, err := s.opts.Agents.Graph(r.Context(), ref)
+	if errors.Is(err, ErrGraphNotPublished) {
+		err = &httpError{status: http.StatusServiceUnavailable, reason: "not_ready",
+			message: fmt.Sprintf("the operator has not published the session Flow graph of Agent %s yet", ref)}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "private, no-cache")
+	_, _ = w.Write(doc)
+}

@@ -1,0 +1,153 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stepwise-run/stepwise/internal/gateway"
+)
+
+// TestTheWebPageDrivesASessionInHeadlessChromium runs the page in a real
+// browser against a gateway, an event hub, a Temporal dev server and a
+// worker: the script under testdata clicks through it as a person would,
+// and keeps a screenshot of each stage.
+func TestTheWebPageDrivesASessionInHeadlessChromium(t *testing.T) {
+	driver, chromium := os.Getenv("STEPWISE_BROWSER_DRIVER"), os.Getenv("STEPWISE_CHROMIUM")
+	if driver == "" || chromium == "" {
+		t.Skip("STEPWISE_BROWSER_DRIVER and STEPWISE_CHROMIUM are not set: run `make test`, which installs playwright-core into bin/ and finds Debian's chromium")
+	}
+	artifacts := os.Getenv("STEPWISE_TEST_ARTIFACTS")
+	if artifacts == "" {
+		artifacts = t.TempDir()
+	}
+	artifacts = filepath.Join(artifacts, "browser")
+	f := start(t)
+
+	// The script cuts the page's event stream through this control server,
+	// as a dropped network would.
+	control := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/cut" {
+			http.NotFound(w, r)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]int{"cut": f.streams.cut()})
+	}))
+	t.Cleanup(control.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "page.test.mjs"))
+	cmd.Env = append(os.Environ(),
+		"STEPWISE_BROWSER_DRIVER="+driver,
+		"STEPWISE_CHROMIUM="+chromium,
+		"STEPWISE_PAGE_GATEWAY="+f.gateway,
+		"STEPWISE_PAGE_CONTROL="+control.URL,
+		"STEPWISE_PAGE_ARTIFACTS="+artifacts,
+		"STEPWISE_PAGE_TOKEN="+operatorToken,
+		"STEPWISE_PAGE_READER_TOKEN="+readerToken,
+	)
+	out, err := cmd.CombinedOutput()
+	t.Logf("the browser script:\n%s", out)
+	if err != nil {
+		t.Fatalf("the browser script failed: %v; screenshots are in %s", err, artifacts)
+	}
+
+	// The approval was clicked twice, and the tool ran once.
+	runs := 0
+	for _, c := range f.stack.Calls() {
+		if c[0] == "write_approved" {
+			runs++
+		}
+	}
+	if runs != 1 {
+		t.Errorf("write_approved ran %d times, want once", runs)
+	}
+	// After the cut the page resumed from the last event it had, not from
+	// the snapshot's token again.
+	ids := f.streams.requests()
+	resumed := false
+	for i := 1; i < len(ids); i++ {
+		if ids[i] != "" && ids[i] != ids[0] {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Errorf("the page's event stream requests carried Last-Event-ID %q: none resumed after the cut", ids)
+	}
+	// The page's answers to the approval, the question and Stop are the
+	// session's.
+	final := snapshot(t, f, "s-page")
+	var texts []string
+	for _, m := range final.Snapshot.Messages {
+		texts = append(texts, m.Text)
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{"results: write_approved=", "blue"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the session's messages lack %q:\n%s", want, all)
+		}
+	}
+	if final.Snapshot.State.ActiveTurnID != "" {
+		t.Errorf("a turn still runs after the page stopped it: %+v", final.Snapshot.State)
+	}
+}
+
+func TestThePageIsServedWithHeadersThatKeepItToItsOwnFiles(t *testing.T) {
+	f := start(t)
+	resp, err := http.Get(f.gateway + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.Request.URL.Path != gateway.PagePath {
+		t.Errorf("/ led to %s, want the page at %s", resp.Request.URL.Path, gateway.PagePath)
+	}
+	for _, file := range []string{"", "app.js", "style.css"} {
+		resp, err := http.Get(f.gateway + gateway.PagePath + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s = %d", file, resp.StatusCode)
+		}
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"script-src 'self'", "frame-ancestors 'none'", "default-src 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: Content-Security-Policy %q lacks %q", file, csp, want)
+			}
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: no nosniff", file)
+		}
+	}
+	// The graph route authorizes like the session routes.
+	var refusal gateway.ErrorBody
+	graph := f.gateway + "/api/v1/namespaces/team-a/agents/support/graph"
+	if status := call(t, http.MethodGet, graph, otherNSToken, nil, &refusal); status != http.StatusForbidden {
+		t.Errorf("the graph with another namespace's token = %d %+v", status, refusal)
+	}
+	if status := call(t, http.MethodGet, graph, "", nil, &refusal); status != http.StatusUnauthorized {
+		t.Errorf("the graph with no token = %d %+v", status, refusal)
+	}
+	var doc struct {
+		FlowType string `json:"flowType"`
+		Steps    []struct {
+			Name string `json:"name"`
+		} `json:"steps"`
+	}
+	if status := call(t, http.MethodGet, graph, readerToken, nil, &doc); status != http.StatusOK || doc.FlowType != "GatewaySupport" || len(doc.Steps) == 0 {
+		t.Errorf("the graph = %d %+v", status, doc)
+	}
+	if status := call(t, http.MethodGet, f.gateway+"/api/v1/namespaces/team-a/agents/ghost/graph", operatorToken, nil, &refusal); status != http.StatusNotFound {
+		t.Errorf("the graph of an Agent that does not exist = %d %+v", status, refusal)
+	}
+}
