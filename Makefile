@@ -205,10 +205,11 @@ cluster-down: ## Stop the cluster make cluster started and restore what it chang
 	go run ./hack/cluster down --dir $(CLUSTER_DIR)
 
 .PHONY: e2e
-e2e: cluster-tools images $(HELM) temporal versitygw ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods.
+e2e: cluster-tools images $(HELM) temporal versitygw browser-driver ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods, the web page in Chromium.
 	STEPWISE_E2E_KUBE_BIN=$(KUBE_DIR) STEPWISE_E2E_ETCD=$(ETCD_DIR)/etcd STEPWISE_E2E_IMAGES=$(BIN)/images \
 	STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION) STEPWISE_HELM=$(HELM) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
 	STEPWISE_VERSITYGW=$(VERSITYGW) \
+	STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) \
 		go test -count=1 -v -timeout 40m ./test/e2e/
 
 ##@ Tools

@@ -1,17 +1,15 @@
 package gateway_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/stepwise-run/stepwise/internal/browsertest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 )
 
@@ -20,15 +18,9 @@ import (
 // worker: the script under testdata clicks through it as a person would,
 // and keeps a screenshot of each stage.
 func TestTheWebPageDrivesASessionInHeadlessChromium(t *testing.T) {
-	driver, chromium := os.Getenv("STEPWISE_BROWSER_DRIVER"), os.Getenv("STEPWISE_CHROMIUM")
-	if driver == "" || chromium == "" {
+	if os.Getenv("STEPWISE_BROWSER_DRIVER") == "" || os.Getenv("STEPWISE_CHROMIUM") == "" {
 		t.Skip("STEPWISE_BROWSER_DRIVER and STEPWISE_CHROMIUM are not set: run `make test`, which installs playwright-core into bin/ and finds Debian's chromium")
 	}
-	artifacts := os.Getenv("STEPWISE_TEST_ARTIFACTS")
-	if artifacts == "" {
-		artifacts = t.TempDir()
-	}
-	artifacts = filepath.Join(artifacts, "browser")
 	f := start(t)
 
 	// The script cuts the page's event stream through this control server,
@@ -42,23 +34,12 @@ func TestTheWebPageDrivesASessionInHeadlessChromium(t *testing.T) {
 	}))
 	t.Cleanup(control.Close)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "page.test.mjs"))
-	cmd.Env = append(os.Environ(),
-		"STEPWISE_BROWSER_DRIVER="+driver,
-		"STEPWISE_CHROMIUM="+chromium,
-		"STEPWISE_PAGE_GATEWAY="+f.gateway,
-		"STEPWISE_PAGE_CONTROL="+control.URL,
-		"STEPWISE_PAGE_ARTIFACTS="+artifacts,
-		"STEPWISE_PAGE_TOKEN="+operatorToken,
-		"STEPWISE_PAGE_READER_TOKEN="+readerToken,
-	)
-	out, err := cmd.CombinedOutput()
-	t.Logf("the browser script:\n%s", out)
-	if err != nil {
-		t.Fatalf("the browser script failed: %v; screenshots are in %s", err, artifacts)
-	}
+	browsertest.Run(t, filepath.Join("testdata", "page.test.mjs"), "browser", map[string]string{
+		"STEPWISE_PAGE_GATEWAY":      f.gateway,
+		"STEPWISE_PAGE_CONTROL":      control.URL,
+		"STEPWISE_PAGE_TOKEN":        operatorToken,
+		"STEPWISE_PAGE_READER_TOKEN": readerToken,
+	})
 
 	// The approval was clicked twice, and the tool ran once.
 	runs := 0

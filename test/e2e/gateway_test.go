@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/stepwise-run/stepwise/internal/browsertest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
 )
@@ -108,9 +109,8 @@ func gatewayOnPods(t *testing.T) {
 	if status := gatewayCall(t, http.MethodPost, approve, reader, nil, &refusal); status != http.StatusForbidden {
 		t.Fatalf("a reader's approval answered %d %+v, want 403", status, refusal)
 	}
-	if status := gatewayCall(t, http.MethodPost, approve, operator, nil, &accepted); status != http.StatusOK || !accepted.Accepted {
-		t.Fatalf("the approval answered %d %+v", status, accepted)
-	}
+	// The operator approves in the web page the gateway serves.
+	pageOnPods(t, base, "gateway-e2e", operator, reader)
 
 	// The stream replays the turn from its start, then follows it to its end.
 	var seen []string
@@ -132,6 +132,16 @@ func gatewayOnPods(t *testing.T) {
 		return len(msgs) > 0 && msgs[len(msgs)-1].Role == "assistant" && strings.Contains(msgs[len(msgs)-1].Text, "refund rf-"), nil
 	})
 	t.Logf("events through the gateway: %v", seen)
+}
+
+// pageOnPods runs the page's browser script against the chart's gateway.
+func pageOnPods(t *testing.T, base, session, operator, reader string) {
+	browsertest.Run(t, filepath.Join("testdata", "page.cluster.mjs"), "browser-cluster", map[string]string{
+		"STEPWISE_PAGE_GATEWAY":      base,
+		"STEPWISE_PAGE_SESSION":      session,
+		"STEPWISE_PAGE_TOKEN":        operator,
+		"STEPWISE_PAGE_READER_TOKEN": reader,
+	})
 }
 
 // supportDashboard is an application's token: it may read the sessions of

@@ -4,37 +4,17 @@
 // stopped. It exits non-zero at the first expectation that fails, after a
 // screenshot of the page as it then was.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import { createRequire } from 'node:module';
-import path from 'node:path';
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-};
-const require = createRequire(path.join(env('STEPWISE_BROWSER_DRIVER'), 'playwright-core', 'package.json'));
-const { chromium } = require('playwright-core');
+import { env, open } from './browser.mjs';
 
 const gateway = env('STEPWISE_PAGE_GATEWAY');
 const control = env('STEPWISE_PAGE_CONTROL');
-const artifacts = env('STEPWISE_PAGE_ARTIFACTS');
 const operatorToken = env('STEPWISE_PAGE_TOKEN');
 const readerToken = env('STEPWISE_PAGE_READER_TOKEN');
-const timeout = 30_000;
-fs.mkdirSync(artifacts, { recursive: true });
 
 const words = (n) => Array.from({ length: n }, (_, i) => `w${i + 1} `).join('');
 
-const browser = await chromium.launch({
-  executablePath: env('STEPWISE_CHROMIUM'),
-  // The tests run as root in a container, where Chromium's sandbox cannot.
-  args: ['--no-sandbox', '--disable-dev-shm-usage'],
-});
-const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-page.setDefaultTimeout(timeout);
-page.on('console', (m) => { if (m.type() === 'error') console.log(`page console: ${m.text()}`); });
-page.on('pageerror', (e) => console.log(`page error: ${e.message}`));
+const { browser, page, screenshot, step, useToken, assistantSays } = await open();
 
 // Every text the live area shows, as it changes: streamed text must only
 // ever grow by what the model sent, whatever the connection does.
@@ -48,33 +28,11 @@ await page.addInitScript(() => {
   });
 });
 
-let shot = 0;
-async function screenshot(name) {
-  shot++;
-  const file = path.join(artifacts, `${String(shot).padStart(2, '0')}-${name}.png`);
-  await page.screenshot({ path: file, fullPage: true });
-  console.log(`screenshot ${file}`);
-}
-
-async function step(name, fn) {
-  console.log(`- ${name}`);
-  try {
-    await fn();
-  } catch (e) {
-    await screenshot('failed-' + name.replaceAll(/[^a-z0-9]+/gi, '-')).catch(() => {});
-    throw e;
-  }
-}
-
 const lastAssistant = () => page.locator('#messages li[data-role="assistant"]').last();
 async function send(text, { planMode = false } = {}) {
   await page.fill('#message', text);
   await page.setChecked('#plan-mode', planMode);
   await page.click('#send');
-}
-async function useToken(token) {
-  await page.fill('#token', token);
-  await page.click('#token-form button');
 }
 async function turnEnds() {
   await page.waitForFunction(() => document.body.dataset.activeTurn === '' &&
@@ -108,7 +66,7 @@ try {
     assert.ok(cut.cut >= 1, `no event stream was open to cut: ${JSON.stringify(cut)}`);
     await page.waitForFunction(() => Number(document.body.dataset.reconnects || 0) >= 1);
     await page.waitForSelector('#connection[data-state="live"]');
-    await page.waitForFunction(() => [...document.querySelectorAll('#messages li[data-role="assistant"]')].some((m) => m.textContent.includes('w60')));
+    await assistantSays('w60');
     const seen = await page.evaluate(() => window.liveTexts);
     const want = words(60);
     for (const text of seen) {
@@ -166,7 +124,7 @@ try {
 
   await step('a double click approves once and the tool runs', async () => {
     await page.locator('.interrupt.approval .approve').dblclick();
-    await page.waitForFunction(() => [...document.querySelectorAll('#messages li[data-role="assistant"]')].some((m) => m.textContent.includes('results: write_approved=')));
+    await assistantSays('results: write_approved=');
     await turnEnds();
     assert.equal(await page.locator('.interrupt').count(), 0);
     await screenshot('approved');
@@ -179,7 +137,7 @@ try {
     assert.equal((await card.locator('h3').textContent()).trim(), 'which color?');
     await screenshot('question');
     await card.locator('[data-choice="blue"]').click();
-    await page.waitForFunction(() => [...document.querySelectorAll('#messages li[data-role="assistant"]')].some((m) => m.textContent.includes('blue')));
+    await assistantSays('blue');
     await turnEnds();
   });
 
@@ -198,7 +156,7 @@ try {
     await page.waitForFunction(() => (document.querySelector('#live .text')?.textContent || '').includes('w5 '));
     await page.fill('#message', 'a new direction');
     await page.click('#steer');
-    await page.waitForFunction(() => [...document.querySelectorAll('#messages li[data-role="assistant"]')].some((m) => m.textContent.includes('echo: a new direction')));
+    await assistantSays('echo: a new direction');
     await turnEnds();
     await screenshot('steered');
   });

@@ -60,8 +60,12 @@ function showError(text) {
   e.hidden = !text;
 }
 
+// requestID names one click's request, so the gateway's retry of it is
+// safe. crypto.randomUUID needs a secure context, which a gateway reached
+// over plain http inside a cluster is not; getRandomValues does not.
 function requestID() {
-  return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return 'page-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
