@@ -145,7 +145,9 @@ type Worker struct {
 	// Debug is the loopback address that serves the worker's recent
 	// session events.
 	Debug string
-	done  chan struct{}
+	// Metrics is the address that serves the worker's /metrics.
+	Metrics string
+	done    chan struct{}
 }
 
 // StartWorker starts a worker process and waits until it polls for tasks.
@@ -162,6 +164,7 @@ func (s *Stack) StartWorkerWith(args ...string) *Worker {
 	cfg := s.Config
 	cfg.HealthAddress = freeAddress(s.t)
 	cfg.DebugAddress = freeAddress(s.t)
+	cfg.MetricsAddress = freeAddress(s.t)
 	doc, err := cfg.Encode()
 	if err != nil {
 		s.t.Fatal(err)
@@ -181,7 +184,7 @@ func (s *Stack) StartWorkerWith(args ...string) *Worker {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("starting a worker: %v", err)
 	}
-	w := &Worker{cmd: cmd, Health: cfg.HealthAddress, Debug: cfg.DebugAddress, done: make(chan struct{})}
+	w := &Worker{cmd: cmd, Health: cfg.HealthAddress, Debug: cfg.DebugAddress, Metrics: cfg.MetricsAddress, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(w.done) }()
 	s.t.Cleanup(w.Kill)
 	deadline := time.Now().Add(30 * time.Second)

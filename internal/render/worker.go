@@ -73,6 +73,9 @@ const (
 	EngineTLSDir  = "/etc/stepwise/engine-tls"
 	HealthPort    = 8080
 	healthAddress = ":8080"
+	// MetricsPort serves /metrics for Prometheus, apart from the probes.
+	MetricsPort    = 9090
+	metricsAddress = ":9090"
 	// debugAddress serves one session's recent events inside the pod
 	// only; `kubectl port-forward` reaches it for those Kubernetes allows.
 	debugAddress = "127.0.0.1:8081"
@@ -366,9 +369,10 @@ func workerConfig(r *Resolved, envs secretEnvs) workerconfig.Config {
 			TaskQueue: TaskQueue(spec.FlowType),
 			APIKey:    envs.keyRef(r.Engine.APIKeySecretRef),
 		},
-		TaskSlots:     orDefault(workers(agent).TaskSlots, fallbackTaskSlots),
-		HealthAddress: healthAddress,
-		DebugAddress:  debugAddress,
+		TaskSlots:      orDefault(workers(agent).TaskSlots, fallbackTaskSlots),
+		HealthAddress:  healthAddress,
+		MetricsAddress: metricsAddress,
+		DebugAddress:   debugAddress,
 		Definition: workerconfig.Definition{
 			Name:              agent.Name,
 			Instructions:      spec.Instructions,
@@ -632,7 +636,8 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		WithName(workerAppName).
 		WithImage(r.WorkerImage).
 		WithArgs("--config="+ConfigDir+"/"+workerconfig.FileName, "--stop-timeout="+stopTimeout.String()).
-		WithPorts(corev1ac.ContainerPort().WithName("health").WithContainerPort(HealthPort).WithProtocol(corev1.ProtocolTCP)).
+		WithPorts(corev1ac.ContainerPort().WithName("health").WithContainerPort(HealthPort).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName("metrics").WithContainerPort(MetricsPort).WithProtocol(corev1.ProtocolTCP)).
 		WithEnv(env...).
 		WithVolumeMounts(mounts...).
 		WithLivenessProbe(probe("/healthz")).

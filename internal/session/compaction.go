@@ -66,7 +66,7 @@ func (s *State) ApplySummary(out CompactionOutcome, now time.Time) []Event {
 	if out.Usage != (Usage{}) {
 		turn.Usage = turn.Usage.Add(out.Usage)
 		s.Usage = s.Usage.Add(out.Usage)
-		events = append(events, NewEvent(EventUsageRecorded, turn.ID, map[string]any{"recorded": out.Usage, "session": s.Usage}))
+		events = append(events, usageRecorded(turn.ID, out.Usage, s.Usage, CallMetadata{}))
 	}
 	events = append(events, NewEvent(EventCompactionFinished, turn.ID, map[string]any{
 		"generation": generation, "through_sequence": s.Summary.LastSequence,

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -304,7 +305,7 @@ func (s *State) ApplyModelOutcome(out ModelOutcome, now time.Time) ([]*ToolCallR
 		turn.ModelCalls += int(out.Usage.ModelCalls)
 		turn.Usage = turn.Usage.Add(out.Usage)
 		s.Usage = s.Usage.Add(out.Usage)
-		events = append(events, NewEvent(EventUsageRecorded, turn.ID, map[string]any{"recorded": out.Usage, "session": s.Usage}))
+		events = append(events, usageRecorded(turn.ID, out.Usage, s.Usage, out.Metadata))
 	}
 	switch out.Kind {
 	case OutcomeToolCallsRequested:
@@ -504,8 +505,17 @@ func (s *State) raise(in Interrupt, r *ToolCallRecord, now time.Time) Event {
 func (s *State) finish(r *ToolCallRecord, status ToolCallStatus, output, errText string) []Event {
 	r.Status, r.Output, r.Error = status, output, errText
 	return []Event{NewEvent(EventToolCallFinished, s.Turn.ID, map[string]any{
-		"tool_call_id": r.ID, "tool_name": r.Name, "status": status,
+		"tool_call_id": r.ID, "tool_name": r.Name, "status": status, "effect": r.Effect,
 	})}
+}
+
+// usageRecorded is the event of one model call's usage, with the provider
+// and model that metrics count it under.
+func usageRecorded(turnID string, recorded, session Usage, meta CallMetadata) Event {
+	return NewEvent(EventUsageRecorded, turnID, map[string]any{
+		"recorded": recorded, "session": session,
+		"provider": meta.Provider, "model": cmp.Or(meta.RequestModel, meta.ResponseModel),
+	})
 }
 
 // Interrupt returns a pending interrupt.

@@ -47,6 +47,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/model/responses"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/telemetry"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -314,7 +315,16 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	c, err := Dial(ctx, cfg.Engine, logger)
+	var metrics *telemetry.WorkerMetrics
+	var dialOpts []func(*client.Options)
+	if cfg.MetricsAddress != "" {
+		if metrics, err = telemetry.NewWorkerMetrics(cfg.FlowType); err != nil {
+			return err
+		}
+		defer func() { _ = metrics.Shutdown(context.WithoutCancel(ctx)) }()
+		dialOpts = append(dialOpts, func(o *client.Options) { o.MetricsHandler = metrics.Temporal() })
+	}
+	c, err := Dial(ctx, cfg.Engine, logger, dialOpts...)
 	if err != nil {
 		return err
 	}
@@ -346,6 +356,9 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		defer func() { stopPublishing(); <-published }()
 		sink = teeEvents{ring, publisher}
 	}
+	if metrics != nil {
+		sink = teeEvents{sink, metrics}
+	}
 	stepTimings := timings(cfg, def)
 	stopTimeout := opts.StopTimeout
 	if stopTimeout == 0 {
@@ -376,6 +389,16 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		serveErr <- fmt.Errorf("serving health probes on %s: %w", cfg.HealthAddress, server.Serve(listener))
 	}()
 	defer func() { _ = server.Close() }()
+	if metrics != nil {
+		metricsServer, metricsListener, err := listen("metrics", cfg.MetricsAddress, metricsMux(metrics.Handler()))
+		if err != nil {
+			return err
+		}
+		go func() {
+			serveErr <- fmt.Errorf("serving metrics on %s: %w", cfg.MetricsAddress, metricsServer.Serve(metricsListener))
+		}()
+		defer func() { _ = metricsServer.Close() }()
+	}
 	if cfg.DebugAddress != "" {
 		debug, debugListener, err := debugServer(cfg.DebugAddress, ring)
 		if err != nil {
@@ -431,11 +454,7 @@ func healthServer(address string, ready *atomic.Bool) (*http.Server, net.Listene
 	if address == "" {
 		address = ":8080"
 	}
-	listener, err := net.Listen("tcp", address)
-	if err != nil {
-		return nil, nil, fmt.Errorf("serving health probes on %s: %w", address, err)
-	}
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, listener, nil
+	return listen("health probes", address, mux)
 }
 
 // debugServer serves /debug/events?session=<id>&after=<seq>, one session's
@@ -464,18 +483,33 @@ func debugServer(address string, ring *events.Ring) (*http.Server, net.Listener,
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(ring.Since(id, after))
 	})
+	return listen("debug events", address, mux)
+}
+
+// metricsMux serves /metrics alone.
+func metricsMux(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	return mux
+}
+
+// listen starts listening for one of the worker's servers.
+func listen(what, address string, handler http.Handler) (*http.Server, net.Listener, error) {
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
-		return nil, nil, fmt.Errorf("serving debug events on %s: %w", address, err)
+		return nil, nil, fmt.Errorf("serving %s on %s: %w", what, address, err)
 	}
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, listener, nil
+	return &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, listener, nil
 }
 
 // Dial connects to Temporal as the configuration says: TLS with the given
 // authority, client certificate and server name, and an API key from the
-// environment.
-func Dial(ctx context.Context, e workerconfig.Engine, logger *slog.Logger) (client.Client, error) {
+// environment. Options set the rest, such as the metrics handler.
+func Dial(ctx context.Context, e workerconfig.Engine, logger *slog.Logger, options ...func(*client.Options)) (client.Client, error) {
 	opts := client.Options{HostPort: e.Address, Namespace: e.Namespace, Logger: temporallog.NewStructuredLogger(logger)}
+	for _, o := range options {
+		o(&opts)
+	}
 	if e.TLS != nil {
 		tlsConfig, err := clientTLS(*e.TLS)
 		if err != nil {

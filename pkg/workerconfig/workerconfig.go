@@ -56,6 +56,12 @@ type Config struct {
 	// so only the pod itself, or someone Kubernetes lets port-forward to
 	// it, can read them. Empty serves no events.
 	DebugAddress string `json:"debugAddress,omitempty"`
+	// MetricsAddress is where the worker serves /metrics in the Prometheus
+	// text format: the Temporal SDK's metrics and the session counters,
+	// which hold no session content. It listens apart from the health
+	// probes, so a NetworkPolicy can open one to the kubelet and the other
+	// to Prometheus. Empty serves no metrics.
+	MetricsAddress string `json:"metricsAddress,omitempty"`
 
 	// Definition is the agent definition the session Flow runs.
 	Definition Definition `json:"definition"`
@@ -391,6 +397,9 @@ func (c Config) Validate() error {
 				}
 			}
 		}
+	}
+	if c.MetricsAddress != "" && c.MetricsAddress == c.HealthAddress {
+		problems = append(problems, fmt.Sprintf("metricsAddress: %s is healthAddress too; metrics listen on their own port", c.MetricsAddress))
 	}
 	if c.DebugAddress != "" {
 		if err := CheckLoopback(c.DebugAddress); err != nil {
