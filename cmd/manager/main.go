@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/stepwise-run/stepwise/internal/controller"
@@ -105,6 +106,10 @@ func run() error {
 	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults,
 		Engines: &controller.Engines{Client: engines}, PollerQuietPeriod: pollerQuietPeriod, VersionedRollouts: versionedRollouts}); err != nil {
 		return err
+	}
+	// The Agents' rollout metrics, beside controller-runtime's own.
+	if err := metrics.Registry.Register(&controller.AgentCollector{Reader: mgr.GetCache()}); err != nil {
+		return fmt.Errorf("registering the Agent metrics: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

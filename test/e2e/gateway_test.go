@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -22,6 +24,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/browsertest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
+	"github.com/stepwise-run/stepwise/internal/render"
 )
 
 // gatewayRoles are two people of the team that runs support: one may run
@@ -132,6 +135,75 @@ func gatewayOnPods(t *testing.T) {
 		return len(msgs) > 0 && msgs[len(msgs)-1].Role == "assistant" && strings.Contains(msgs[len(msgs)-1].Text, "refund rf-"), nil
 	})
 	t.Logf("events through the gateway: %v", seen)
+	scrapeOnPods(t)
+}
+
+// scrapeOnPods scrapes the support workers and the operator as
+// Prometheus would, over the pod network, once the gateway's session is
+// done: each family must parse, and one of the pods must count what the
+// session did.
+func scrapeOnPods(t *testing.T) {
+	pods, err := core.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: render.Selector("support")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var workers []string
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+			workers = append(workers, fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, render.MetricsPort))
+		}
+	}
+	operator := []string{fmt.Sprintf("http://%s:8080/metrics", readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=operator"))}
+	for _, c := range []struct {
+		urls   []string
+		family string
+		labels map[string]string
+	}{
+		{workers, "stepwise_session_tool_calls_total", map[string]string{"effect": "non_idempotent_write", "status": "succeeded"}},
+		{workers, "temporal_activity_execution_latency_seconds", map[string]string{"activity_type": "RunModel"}},
+		{operator, "stepwise_agent_info", map[string]string{"namespace": "default", "agent": "support"}},
+	} {
+		waitFor(t, c.family+" in a scrape", func() (bool, error) {
+			var problems []string
+			for _, url := range c.urls {
+				ok, err := scrapeHas(url, c.family, c.labels)
+				if ok {
+					return true, nil
+				}
+				problems = append(problems, fmt.Sprintf("%s: %v", url, err))
+			}
+			return false, fmt.Errorf("%s", strings.Join(problems, "; "))
+		})
+	}
+}
+
+// scrapeHas reports whether a scrape holds a sample of family with the
+// labels.
+func scrapeHas(url, family string, labels map[string]string) (bool, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return false, fmt.Errorf("the scrape does not parse: %w", err)
+	}
+	for _, m := range families[family].GetMetric() {
+		found := map[string]string{}
+		for _, l := range m.GetLabel() {
+			found[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range labels {
+			match = match && found[k] == v
+		}
+		if match {
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("no %s%v among %d families", family, labels, len(families))
 }
 
 // pageOnPods runs the page's browser script against the chart's gateway.
