@@ -356,6 +356,8 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		defer func() { stopPublishing(); <-published }()
 		sink = teeEvents{ring, publisher}
 	}
+	// Every worker logs the sessions' lifecycle events, without content.
+	sink = teeEvents{sink, telemetry.EventLog{Logger: logger}}
 	if metrics != nil {
 		sink = teeEvents{sink, metrics}
 	}
