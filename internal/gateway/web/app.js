@@ -221,7 +221,12 @@ class SessionView {
           cache: 'no-store', signal: this.abort.signal,
         });
         if (resp.status === 400) {
+          // The hub no longer holds this place: start again from the
+          // snapshot, after a pause, so a gateway that keeps refusing is
+          // not asked in a tight loop.
           this.live.clear();
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 8000);
           const snap = await this.loadSnapshot();
           this.lastEventId = snap.resumeToken;
           continue;
@@ -506,7 +511,13 @@ function route() {
     loadWaiting();
     return;
   }
-  const [namespace, agent, session] = m.slice(1).map(decodeURIComponent);
+  let namespace, agent, session;
+  try {
+    [namespace, agent, session] = m.slice(1).map(decodeURIComponent);
+  } catch {
+    showError('The address names no session: it is not valid percent-encoding.');
+    return;
+  }
   current = new SessionView({ namespace, agent, session });
   setConnection('connecting', 'Connecting…');
   current.open();
