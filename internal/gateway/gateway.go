@@ -251,20 +251,28 @@ var (
 	idPattern      = sessionPattern
 )
 
+// checkAgentRef refuses a path whose namespace or Agent cannot name one.
+func checkAgentRef(ref AgentRef) error {
+	switch {
+	case !namespacePattern.MatchString(ref.Namespace):
+		return badRequest("namespace", fmt.Sprintf("%q is not a namespace name", ref.Namespace))
+	case !agentPattern.MatchString(ref.Name):
+		return badRequest("agent", fmt.Sprintf("%q is not an Agent name", ref.Name))
+	}
+	return nil
+}
+
 // route authorizes a request, finds the Agent's engine and checks that the
 // session is the Agent's before handle runs. A nil handle streams events.
 func (s *Server) route(verb Verb, start bool, handle func(*call) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ref := AgentRef{Namespace: r.PathValue("namespace"), Name: r.PathValue("agent")}
 		sessionID := r.PathValue("session")
-		switch {
-		case !namespacePattern.MatchString(ref.Namespace):
-			s.fail(w, r, badRequest("namespace", fmt.Sprintf("%q is not a namespace name", ref.Namespace)))
+		if err := checkAgentRef(ref); err != nil {
+			s.fail(w, r, err)
 			return
-		case !agentPattern.MatchString(ref.Name):
-			s.fail(w, r, badRequest("agent", fmt.Sprintf("%q is not an Agent name", ref.Name)))
-			return
-		case !sessionPattern.MatchString(sessionID):
+		}
+		if !sessionPattern.MatchString(sessionID) {
 			s.fail(w, r, badRequest("session", fmt.Sprintf("%q is not a session ID the gateway serves: 1 to 256 letters, digits and ._:@=+-, starting with a letter or digit", sessionID)))
 			return
 		}

@@ -224,6 +224,20 @@ func call(t *testing.T, method, url, token string, body any, out any) int {
 	return resp.StatusCode
 }
 
+// ranOnce checks that the worker ran a tool exactly once.
+func ranOnce(t *testing.T, f *fixture, tool string) {
+	t.Helper()
+	runs := 0
+	for _, c := range f.stack.Calls() {
+		if c[0] == tool {
+			runs++
+		}
+	}
+	if runs != 1 {
+		t.Errorf("%s ran %d times, want once", tool, runs)
+	}
+}
+
 func mustAccept(t *testing.T, method, url string, body any) {
 	t.Helper()
 	var got gateway.Accepted
@@ -453,15 +467,7 @@ func TestApprovalsQuestionsAndCancelsGoThroughTheGatewayOnce(t *testing.T) {
 	waitSnapshot(t, f, "s-hitl", "the turn to end", func(s gateway.SnapshotResponse) bool {
 		return s.Snapshot.State.ActiveTurnID == "" && s.Snapshot.State.TurnCount == 1
 	})
-	runs := 0
-	for _, c := range f.stack.Calls() {
-		if c[0] == "write_approved" {
-			runs++
-		}
-	}
-	if runs != 1 {
-		t.Errorf("write_approved ran %d times, want once", runs)
-	}
+	ranOnce(t, f, "write_approved")
 
 	mustAccept(t, http.MethodPost, base+"/messages", gateway.SendRequest{Text: "ask: which color?"})
 	snap = waitSnapshot(t, f, "s-hitl", "a question", func(s gateway.SnapshotResponse) bool {

@@ -13,12 +13,8 @@ const GraphPath = "/api/v1/namespaces/{namespace}/agents/{agent}/graph"
 
 func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
 	ref := AgentRef{Namespace: r.PathValue("namespace"), Name: r.PathValue("agent")}
-	switch {
-	case !namespacePattern.MatchString(ref.Namespace):
-		s.fail(w, r, badRequest("namespace", fmt.Sprintf("%q is not a namespace name", ref.Namespace)))
-		return
-	case !agentPattern.MatchString(ref.Name):
-		s.fail(w, r, badRequest("agent", fmt.Sprintf("%q is not an Agent name", ref.Name)))
+	if err := checkAgentRef(ref); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.opts.Authorizer.Authorize(r.Context(), r, ref, VerbGet); err != nil {

@@ -42,15 +42,7 @@ func TestTheWebPageDrivesASessionInHeadlessChromium(t *testing.T) {
 	})
 
 	// The approval was clicked twice, and the tool ran once.
-	runs := 0
-	for _, c := range f.stack.Calls() {
-		if c[0] == "write_approved" {
-			runs++
-		}
-	}
-	if runs != 1 {
-		t.Errorf("write_approved ran %d times, want once", runs)
-	}
+	ranOnce(t, f, "write_approved")
 	// After the cut the page resumed from the last event it had, not from
 	// the snapshot's token again.
 	ids := f.streams.requests()

@@ -110,15 +110,7 @@ func TestTheKubectlPluginDrivesASessionThroughTheGateway(t *testing.T) {
 		status, out, errOut := kubectl(t, operator, "messages", "support", "s-cli")
 		return status == 0 && strings.Contains(out, "write_approved") && strings.Contains(out, "assistant"), fmt.Errorf("%d %q %q", status, out, errOut)
 	})
-	runs := 0
-	for _, c := range f.stack.Calls() {
-		if c[0] == "write_approved" {
-			runs++
-		}
-	}
-	if runs != 1 {
-		t.Errorf("write_approved ran %d times, want once", runs)
-	}
+	ranOnce(t, f, "write_approved")
 	// An approval no longer pending is refused by the session: false, 3.
 	if status, out, _ := kubectl(t, operator, "approve", "support", "s-cli", interrupt); status != 3 || out != "false\n" {
 		t.Errorf("approve a resolved interrupt = %d %q", status, out)

@@ -341,7 +341,8 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		capacity = 10 << 20
 	}
 	ring := events.NewRing(capacity)
-	var sink engine.EventSink = ring
+	// Every worker logs the sessions' lifecycle events, without content.
+	sinks := teeEvents{ring, telemetry.EventLog{Logger: logger}}
 	if hubCfg := cfg.EventHub; hubCfg != nil {
 		token, err := hubCfg.Token.Lookup()
 		if err != nil {
@@ -354,12 +355,10 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		published := make(chan struct{})
 		go func() { publisher.Run(publishing); close(published) }()
 		defer func() { stopPublishing(); <-published }()
-		sink = teeEvents{ring, publisher}
+		sinks = append(sinks, publisher)
 	}
-	// Every worker logs the sessions' lifecycle events, without content.
-	sink = teeEvents{sink, telemetry.EventLog{Logger: logger}}
 	if metrics != nil {
-		sink = teeEvents{sink, metrics}
+		sinks = append(sinks, metrics)
 	}
 	stepTimings := timings(cfg, def)
 	stopTimeout := opts.StopTimeout
@@ -376,7 +375,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	w := engine.NewWorker(c, engine.WorkerOptions{
 		Version:  workerVersion,
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
-		Runner: runner, Events: sink, Timings: stepTimings, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
+		Runner: runner, Events: sinks, Timings: stepTimings, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
 			Identity: rollout.WorkerIdentity(os.Getpid(), host, version.EngineVersion)},
 	})
