@@ -38,6 +38,8 @@ type Activities struct {
 	State StateLoader
 	// Events receives the Steps' events.
 	Events EventSink
+	// Spend, when set, admits each model call and is told what it used.
+	Spend agent.SpendLimit
 }
 
 // RunModel makes exactly one model call per attempt.
@@ -47,7 +49,12 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 		return session.ModelOutcome{}, err
 	}
 	defer stop()
+	call, err := a.admit(ctx, turn)
+	if err != nil {
+		return session.ModelOutcome{}, err
+	}
 	out, err := a.Runner.RunModelStep(ctx, turn)
+	a.record(ctx, call, out.Usage, out.Metadata)
 	out.Attempt = turn.Attempt
 	return out, modelFailure(err)
 }
@@ -77,9 +84,63 @@ func (a *Activities) CompactContext(ctx context.Context, in RunModelInput) (sess
 		return session.CompactionOutcome{}, err
 	}
 	defer stop()
+	call, err := a.admit(ctx, turn)
+	if err != nil {
+		return session.CompactionOutcome{}, err
+	}
 	out, err := compactor.SummarizeContext(ctx, turn)
+	a.record(ctx, call, out.Usage, session.CallMetadata{})
 	out.Attempt = turn.Attempt
 	return out, modelFailure(err)
+}
+
+// SpendLimitType marks a model call a spend limit refused.
+const SpendLimitType = "stepwise.SpendLimitReached"
+
+// admit asks the spend limit, when there is one, for this model call
+// attempt. A refusal fails the turn without another attempt.
+func (a *Activities) admit(ctx context.Context, turn session.TurnContext) (agent.SpendCall, error) {
+	info := activity.GetInfo(ctx)
+	call := agent.SpendCall{
+		SessionID: turn.SessionID, TurnID: turn.TurnID,
+		CallID:        fmt.Sprintf("%s/%s/%s/%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.ActivityID, info.Attempt),
+		SessionTokens: turn.SessionUsage.InputTokens + turn.SessionUsage.OutputTokens,
+	}
+	if a.Spend == nil {
+		return call, nil
+	}
+	err := a.Spend.Admit(ctx, call)
+	var refused *agent.SpendLimitError
+	switch {
+	case errors.As(err, &refused):
+		return call, temporal.NewNonRetryableApplicationError(refused.Reason, SpendLimitType, nil)
+	case err != nil:
+		return call, fmt.Errorf("asking the spend limit: %w", err)
+	}
+	return call, nil
+}
+
+// record tells the spend limit what an admitted call used, even when the
+// attempt was cancelled; a failure to tell it leaves the call's answer
+// standing.
+func (a *Activities) record(ctx context.Context, call agent.SpendCall, used session.Usage, meta session.CallMetadata) {
+	if a.Spend == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	model := meta.ResponseModel
+	if model == "" {
+		model = meta.RequestModel
+	}
+	err := a.Spend.Record(ctx, call, agent.SpendUsage{
+		Provider: meta.Provider, Model: model,
+		InputTokens: used.InputTokens, OutputTokens: used.OutputTokens,
+		CachedInputTokens: used.CachedInputTokens, ReasoningTokens: used.ReasoningTokens,
+	})
+	if err != nil {
+		activity.GetLogger(ctx).Warn("the spend limit was not told what a model call used", "callId", call.CallID, "error", err.Error())
+	}
 }
 
 // CallTool runs one read or idempotent write call; its retry policy allows

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // WorkerOptions configure a session worker.
@@ -40,6 +41,10 @@ type WorkerOptions struct {
 	// each session is pinned to the version that starts it and moves to
 	// the deployment's current version between turns.
 	Version *WorkerVersion
+	// Spend, when set, admits each model call and is told what it used.
+	// Every worker registers the spend counter, so a Budget always finds a
+	// worker for it.
+	Spend agent.SpendLimit
 	// Options are passed to the SDK worker, for tuning beyond the above.
 	Options worker.Options
 }
@@ -84,7 +89,14 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	w := worker.New(c, o.TaskQueue, opts)
 	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, ImageStoreURI: o.ImageStoreURI, HistoryBudget: o.HistoryBudget}
 	w.RegisterWorkflowWithOptions(flow.Run, register)
-	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events}
+	// The counter follows the deployment's current version, so it never
+	// holds an old version from draining.
+	counter := workflow.RegisterOptions{Name: SpendCounterWorkflow}
+	if o.Version != nil {
+		counter.VersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
+	}
+	w.RegisterWorkflowWithOptions(SpendCounter, counter)
+	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events, Spend: o.Spend}
 	acts.Register(w)
 	return w
 }

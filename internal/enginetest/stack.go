@@ -106,6 +106,7 @@ type Stack struct {
 	// Env is added to each worker's environment.
 	Env     []string
 	workers int
+	started []*Worker
 }
 
 // NewStack starts a dev server for a Flow type whose workers run the test
@@ -187,6 +188,7 @@ func (s *Stack) StartWorkerWith(args ...string) *Worker {
 	w := &Worker{cmd: cmd, Health: cfg.HealthAddress, Debug: cfg.DebugAddress, Metrics: cfg.MetricsAddress, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(w.done) }()
 	s.t.Cleanup(w.Kill)
+	s.started = append(s.started, w)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + w.Health + "/readyz")

@@ -47,6 +47,9 @@ type TurnContext struct {
 	// CompactThrough is the last message to summarize in a CompactContext
 	// Step.
 	CompactThrough int64 `json:"compactThrough,omitempty"`
+	// SessionUsage is what the session's committed model calls used, for
+	// spend limits.
+	SessionUsage Usage `json:"sessionUsage"`
 	// Events writes the Step's events; set by the engine binding.
 	Events EventWriter `json:"-"`
 	// Heartbeat records liveness; set by the engine binding.

@@ -68,6 +68,10 @@ type Options struct {
 	// settings, for a worker that brings its own client; returning nil
 	// leaves the choice to the worker's built-in clients.
 	Model func(workerconfig.Model) (agent.ModelClient, error)
+	// SpendLimit, when set, is the application's own spend limit: it is
+	// asked before each model call, after the Agent's configured budget
+	// when there is one, and told what the call used.
+	SpendLimit agent.SpendLimit
 	// StopTimeout bounds how long running Steps may finish after SIGTERM;
 	// zero uses 290 seconds, inside the Deployment's grace period.
 	StopTimeout time.Duration
@@ -361,6 +365,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		sinks = append(sinks, metrics)
 	}
 	stepTimings := timings(cfg, def)
+	spendLimit := spendLimits(cfg, c, stepTimings, opts.SpendLimit)
 	stopTimeout := opts.StopTimeout
 	if stopTimeout == 0 {
 		stopTimeout = DefaultStopTimeout
@@ -375,7 +380,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	w := engine.NewWorker(c, engine.WorkerOptions{
 		Version:  workerVersion,
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
-		Runner: runner, Events: sinks, Timings: stepTimings, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
+		Runner: runner, Events: sinks, Timings: stepTimings, Spend: spendLimit, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
 			Identity: rollout.WorkerIdentity(os.Getpid(), host, version.EngineVersion)},
 	})

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -73,6 +74,8 @@ type Config struct {
 	// EventHub is where the worker publishes session events for gateways
 	// to stream; nil keeps them in the worker.
 	EventHub *EventHub `json:"eventHub,omitempty"`
+	// SpendLimit, when set, bounds what the Agent's model calls spend.
+	SpendLimit *SpendLimit `json:"spendLimit,omitempty"`
 }
 
 // EventHub is the event hub a worker publishes to.
@@ -190,6 +193,30 @@ type Limits struct {
 	InterruptDeadline        metav1.Duration `json:"interruptDeadline"`
 	MaxDurableWait           metav1.Duration `json:"maxDurableWait"`
 	EventStreamCapacityBytes int64           `json:"eventStreamCapacityBytes"`
+}
+
+// SpendLimit is an Agent's budget. Costs are in millionths of the currency
+// the prices are in, so every sum is exact.
+type SpendLimit struct {
+	// Window is how long each budget window of the Agent lasts.
+	Window metav1.Duration `json:"window"`
+	// AgentTokens and AgentMicroCost bound what all the Agent's sessions
+	// spend in one window; zero is no bound.
+	AgentTokens    int64 `json:"agentTokens,omitempty"`
+	AgentMicroCost int64 `json:"agentMicroCost,omitempty"`
+	// SessionTokens bounds what one session spends over its life; zero is
+	// no bound.
+	SessionTokens int64 `json:"sessionTokens,omitempty"`
+	// Prices are per model name.
+	Prices []ModelPrice `json:"prices,omitempty"`
+}
+
+// ModelPrice is what one model charges per million tokens.
+type ModelPrice struct {
+	Model                      string `json:"model"`
+	InputMicroPerMillion       int64  `json:"inputMicroPerMillion"`
+	CachedInputMicroPerMillion int64  `json:"cachedInputMicroPerMillion,omitempty"`
+	OutputMicroPerMillion      int64  `json:"outputMicroPerMillion"`
 }
 
 // ToolSource is one MCP server.
@@ -366,6 +393,7 @@ func (c Config) Validate() error {
 		}
 		choices[mc.Choice] = true
 	}
+	problems = append(problems, c.SpendLimit.problems(c.Definition)...)
 	if c.TaskSlots < 1 {
 		problems = append(problems, fmt.Sprintf("taskSlots must be at least 1, not %d", c.TaskSlots))
 	}
@@ -457,4 +485,42 @@ func CheckLoopback(address string) error {
 		return nil
 	}
 	return fmt.Errorf("%q is not a loopback address: use 127.0.0.1, [::1] or localhost, so that only the pod and port-forwards reach it", address)
+}
+
+// problems says what keeps a spend limit from being kept: a cost bound
+// needs a price for every model the Agent may call.
+func (l *SpendLimit) problems(d Definition) []string {
+	if l == nil {
+		return nil
+	}
+	var out []string
+	if l.Window.Duration < time.Minute {
+		out = append(out, fmt.Sprintf("spendLimit.window must be at least one minute, not %s", l.Window.Duration))
+	}
+	if l.AgentTokens < 0 || l.AgentMicroCost < 0 || l.SessionTokens < 0 {
+		out = append(out, "spendLimit bounds must not be negative")
+	}
+	priced := map[string]bool{}
+	for i, p := range l.Prices {
+		if p.Model == "" || priced[p.Model] {
+			out = append(out, fmt.Sprintf("spendLimit.prices[%d].model must name a model once", i))
+		}
+		if p.InputMicroPerMillion < 0 || p.CachedInputMicroPerMillion < 0 || p.OutputMicroPerMillion < 0 {
+			out = append(out, fmt.Sprintf("spendLimit.prices[%d] must not be negative", i))
+		}
+		priced[p.Model] = true
+	}
+	if l.AgentMicroCost > 0 {
+		models := []Model{d.Model}
+		for _, mc := range d.ModelChoices {
+			models = append(models, mc.Model)
+		}
+		for _, m := range models {
+			if !priced[m.Name] {
+				out = append(out, fmt.Sprintf("spendLimit.prices has no price for model %q, which a cost bound needs", m.Name))
+				priced[m.Name] = true
+			}
+		}
+	}
+	return out
 }

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func validConfig() Config {
@@ -49,6 +52,15 @@ func TestDecodeRefuses(t *testing.T) {
 			want: `apiVersion "worker.stepwise.run/v2"`},
 		{name: "no flow type", mutate: func(c *Config) { c.FlowType = "" }, want: "flowType is required"},
 		{name: "no task slots", mutate: func(c *Config) { c.TaskSlots = 0 }, want: "taskSlots must be at least 1"},
+		{name: "a short spend window", mutate: func(c *Config) {
+			c.SpendLimit = &SpendLimit{Window: metav1.Duration{Duration: time.Second}, AgentTokens: 1}
+		}, want: "spendLimit.window must be at least one minute, not 1s"},
+		{name: "a cost bound without prices", mutate: func(c *Config) {
+			c.SpendLimit = &SpendLimit{Window: metav1.Duration{Duration: time.Hour}, AgentMicroCost: 1}
+		}, want: "spendLimit.prices has no price for model"},
+		{name: "a model priced twice", mutate: func(c *Config) {
+			c.SpendLimit = &SpendLimit{Window: metav1.Duration{Duration: time.Hour}, Prices: []ModelPrice{{Model: "m"}, {Model: "m"}}}
+		}, want: "spendLimit.prices[1].model must name a model once"},
 		{name: "a repeated source name", mutate: func(c *Config) {
 			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}}, {SourceName: "a", Stdio: &Stdio{Command: "y"}}}
 		}, want: `toolSources[1].sourceName "a" repeats`},
