@@ -11,6 +11,7 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.planMode) || !self.planMode.enabled || (has(self.builtInTools) && 'write_todos' in self.builtInTools)",message="planMode.enabled requires write_todos in builtInTools: a planning turn writes its plan with write_todos",fieldPath=".planMode.enabled"
 // +kubebuilder:validation:XValidation:rule="!has(self.toolPolicies) || !has(self.builtInTools) || self.toolPolicies.all(p, !(p.name in self.builtInTools))",message="toolPolicies may not name an enabled built-in tool: its name is reserved and it always runs as a read without approval",fieldPath=".toolPolicies"
+// +kubebuilder:validation:XValidation:rule="!has(self.spendLimit) || !has(self.spendLimit.agent) || !has(self.spendLimit.agent.cost) || (has(self.spendLimit.prices) && self.spendLimit.prices.exists(p, p.model == self.model.name) && (!has(self.modelChoices) || self.modelChoices.all(c, self.spendLimit.prices.exists(p, p.model == c.model.name))))",message="a cost budget needs a price for spec.model and every model choice",fieldPath=".spendLimit.prices"
 type AgentSpec struct {
 	// FlowType is the session Flow type name: the Temporal workflow type of
 	// every session of this Agent. At most one Agent may claim a Flow type on
@@ -90,6 +91,13 @@ type AgentSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Limits *LimitsSpec `json:"limits,omitempty"`
+
+	// SpendLimit bounds what the Agent's model calls spend: a budget per
+	// window shared by all its sessions, and a budget per session. A model
+	// call past a budget is not made; its turn fails with a last turn error
+	// that names the budget. Without it, nothing is checked.
+	// +optional
+	SpendLimit *SpendLimitSpec `json:"spendLimit,omitempty"`
 
 	// MediaStore names the MediaStore, in this namespace, that holds the
 	// image bytes of this Agent's sessions. Without it, sessions refuse
@@ -339,6 +347,101 @@ type LimitsSpec struct {
 	// +kubebuilder:default="10Mi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ki')) >= 0 && quantity(string(self)).compareTo(quantity('1Gi')) <= 0",message="eventStreamCapacity must be between 64Ki and 1Gi"
 	EventStreamCapacity *resource.Quantity `json:"eventStreamCapacity,omitempty"`
+}
+
+// SpendLimitSpec is an Agent's budget.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.agent) || has(self.session)",message="a spendLimit needs an agent or a session budget"
+// +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.agent.cost) || (has(self.prices) && size(self.prices) > 0)",message="a cost budget needs prices",fieldPath=".prices"
+type SpendLimitSpec struct {
+	// Window is how long each window of the agent budget lasts. Windows
+	// start at whole multiples of it since 1970-01-01T00:00:00Z, so a 24h
+	// window starts at midnight UTC and every worker agrees on it.
+	// +optional
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('8784h')",message="window must be between 1m and 8784h"
+	Window *metav1.Duration `json:"window,omitempty"`
+
+	// Agent bounds what all the Agent's sessions spend in one window.
+	// +optional
+	Agent *AgentBudget `json:"agent,omitempty"`
+
+	// Session bounds what one session spends over its life.
+	// +optional
+	Session *SessionBudget `json:"session,omitempty"`
+
+	// Prices are what each model charges per million tokens, for a cost
+	// budget: every model the Agent may call needs one. A call is charged
+	// by the model that answered, or by spec.model's price when the answer
+	// names none.
+	// +optional
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=64
+	Prices []ModelPrice `json:"prices,omitempty"`
+}
+
+// AgentBudget bounds what all of an Agent's sessions spend in one window.
+// Model calls that run at once are each admitted while the window's spend,
+// plus what the calls already running may spend, is under the budget, so
+// the budget holds within about one call's usage.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.tokens) || has(self.cost)",message="an agent budget needs tokens or cost"
+type AgentBudget struct {
+	// Tokens bounds the input and output tokens, as the providers count
+	// them.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Tokens *int64 `json:"tokens,omitempty"`
+
+	// Cost bounds the cost, in the currency of prices, as a decimal such as
+	// "25" or "2.50", with up to six decimal places.
+	// +optional
+	// +kubebuilder:validation:MaxLength=19
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,12}(\.[0-9]{1,6})?$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="cost must be more than 0"
+	Cost *string `json:"cost,omitempty"`
+}
+
+// SessionBudget bounds what one session spends over its life.
+type SessionBudget struct {
+	// Tokens bounds the input and output tokens of the session's model
+	// calls.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Tokens int64 `json:"tokens"`
+}
+
+// ModelPrice is what one model charges per million tokens, each price a
+// decimal such as "3" or "0.15", with up to six decimal places.
+type ModelPrice struct {
+	// Model is the model name, as spec.model and the provider's answers
+	// name it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Model string `json:"model"`
+
+	// InputPerMillion is the price of a million input tokens.
+	// +required
+	// +kubebuilder:validation:MaxLength=12
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,5}(\.[0-9]{1,6})?$`
+	InputPerMillion string `json:"inputPerMillion"`
+
+	// CachedInputPerMillion is the price of a million input tokens read
+	// from the provider's cache; unset, they cost as other input.
+	// +optional
+	// +kubebuilder:validation:MaxLength=12
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,5}(\.[0-9]{1,6})?$`
+	CachedInputPerMillion *string `json:"cachedInputPerMillion,omitempty"`
+
+	// OutputPerMillion is the price of a million output tokens.
+	// +required
+	// +kubebuilder:validation:MaxLength=12
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,5}(\.[0-9]{1,6})?$`
+	OutputPerMillion string `json:"outputPerMillion"`
 }
 
 // EngineSpec locates the Temporal service.
@@ -599,6 +702,36 @@ type AgentStatus struct {
 	// SessionFlowGraph is the published session Flow graph.
 	// +optional
 	SessionFlowGraph *PublishedFlowGraph `json:"sessionFlowGraph,omitempty"`
+
+	// Spend is what the Agent's sessions spent in the current window of
+	// its agent budget, as the engine's counter last answered; unset
+	// without an agent budget.
+	// +optional
+	Spend *SpendStatus `json:"spend,omitempty"`
+}
+
+// SpendStatus is an Agent's spend against its agent budget in one window.
+type SpendStatus struct {
+	// WindowStart and WindowEnd bound the current window.
+	WindowStart metav1.Time `json:"windowStart"`
+	WindowEnd   metav1.Time `json:"windowEnd"`
+	// Tokens are the input and output tokens spent in the window.
+	Tokens int64 `json:"tokens"`
+	// TokenBudget is the agent budget's tokens; unset without one.
+	// +optional
+	TokenBudget *int64 `json:"tokenBudget,omitempty"`
+	// Cost is the cost spent in the window, in the currency of prices, as a
+	// decimal.
+	// +optional
+	Cost string `json:"cost,omitempty"`
+	// CostBudget is the agent budget's cost; unset without one.
+	// +optional
+	CostBudget string `json:"costBudget,omitempty"`
+	// ModelCalls counts the model calls the window recorded.
+	ModelCalls int64 `json:"modelCalls"`
+	// Reached is true when the window's spend reached the budget: no more
+	// model calls are made until the window ends.
+	Reached bool `json:"reached"`
 }
 
 // Agent is one agent session Flow type and the workers that run its

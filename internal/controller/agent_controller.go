@@ -47,6 +47,14 @@ type AgentReconciler struct {
 	// VersionedRollouts lets Agents roll as versions of a Temporal Worker
 	// Deployment where the engine offers it.
 	VersionedRollouts bool
+	// Spend reads the Agents' spend counters for status; without it,
+	// status.spend stays unset.
+	Spend SpendCounters
+	// SpendRecheck is how often an Agent with an agent budget reads its
+	// counter again; zero means DefaultSpendRecheck.
+	SpendRecheck time.Duration
+	// Clock reads the time; nil is the wall clock.
+	Clock func() time.Time
 }
 
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
@@ -115,7 +123,8 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 		// Deployment watches tell the rest, and this is their backstop.
 		return ctrl.Result{RequeueAfter: max(plan.RecheckAfter, defaultRolloutRecheck)}, pass.err
 	}
-	return ctrl.Result{}, pass.err
+	// The spend counter changes with no event on the cluster.
+	return ctrl.Result{RequeueAfter: r.spendRecheck(agent)}, pass.err
 }
 
 // reconcileNormal checks the Agent and applies its objects. A
@@ -177,6 +186,7 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 		return err
 	}
 	pass.observed.graph = true
+	r.observeSpend(ctx, agent, EngineTarget{Resolved: resolved, Secrets: observed.Secrets}, pass)
 	pass.applied = true
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -284,6 +285,62 @@ var _ = Describe("Agent reconciler", func() {
 				}
 				return names
 			}).Should(ConsistOf(firstConfig, thirdConfig))
+		})
+	})
+
+	Describe("spend limits", func() {
+		It("renders the budget for the workers and shows the current window's spend in status", func() {
+			window := 8784 * time.Hour
+			agent := agentFixture(ns, "budget", func(a *agentsv1.Agent) {
+				a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{
+					Window: &metav1.Duration{Duration: window},
+					Agent:  &agentsv1.AgentBudget{Tokens: ptr.To(int64(1000)), Cost: ptr.To("2.5")},
+					Prices: []agentsv1.ModelPrice{{Model: "demo", InputPerMillion: "1", OutputPerMillion: "3.25"}},
+				}
+			})
+			start := spend.Limits{Window: window}.WindowStart(time.Now())
+			testEngine.spent(agent.Spec.FlowType, spend.Counter{WindowStart: start, Window: window,
+				Spent: spend.Amount{Tokens: 900, MicroCost: 1_250_000}, Calls: 3})
+			create(agent)
+			expectReady(agent)
+
+			template := workerDeployment(Default, agent).Spec.Template
+			cm := &corev1.ConfigMap{}
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.ConfigMapOf(&template)}, cm)).To(Succeed())
+			cfg, err := workerconfig.Decode([]byte(cm.Data[workerconfig.FileName]))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(cfg.SpendLimit).To(Equal(&workerconfig.SpendLimit{Window: metav1.Duration{Duration: window},
+				AgentTokens: 1000, AgentMicroCost: 2_500_000,
+				Prices: []workerconfig.ModelPrice{{Model: "demo", InputMicroPerMillion: 1_000_000, OutputMicroPerMillion: 3_250_000}}}))
+
+			Eventually(func(g Gomega) *agentsv1.SpendStatus {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				st := agent.Status.Spend.DeepCopy()
+				if st != nil {
+					st.WindowStart, st.WindowEnd = metav1.NewTime(st.WindowStart.UTC()), metav1.NewTime(st.WindowEnd.UTC())
+				}
+				return st
+			}).Should(Equal(&agentsv1.SpendStatus{
+				WindowStart: metav1.NewTime(start), WindowEnd: metav1.NewTime(start.Add(window)),
+				Tokens: 900, TokenBudget: ptr.To(int64(1000)), Cost: "1.25", CostBudget: "2.5", ModelCalls: 3,
+			}))
+
+			By("reading the counter again as sessions spend, with no change on the cluster")
+			testEngine.spent(agent.Spec.FlowType, spend.Counter{WindowStart: start, Window: window,
+				Spent: spend.Amount{Tokens: 1010, MicroCost: 1_300_000}, Calls: 4})
+			Eventually(func(g Gomega) bool {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				return agent.Status.Spend != nil && agent.Status.Spend.Reached && agent.Status.Spend.Tokens == 1010
+			}).Should(BeTrue())
+
+			By("clearing status.spend when the agent budget goes")
+			Expect(change(agent, func(a *agentsv1.Agent) {
+				a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Session: &agentsv1.SessionBudget{Tokens: 10}}
+			})).To(Succeed())
+			Eventually(func(g Gomega) *agentsv1.SpendStatus {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
+				return agent.Status.Spend
+			}).Should(BeNil())
 		})
 	})
 

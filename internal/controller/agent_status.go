@@ -45,6 +45,8 @@ type agentPass struct {
 	rollout *rollout.Plan
 	// desiredConfigMap is the worker configuration this pass rendered.
 	desiredConfigMap string
+	// spend is the agent budget's spend; nil without an agent budget.
+	spend *agentsv1.SpendStatus
 	// observed says which of deployment, graph and replicaSets this pass
 	// read. Status keeps what a pass did not read as it was: a failed read
 	// is not an absent object.
@@ -53,7 +55,7 @@ type agentPass struct {
 
 // observedWorkers says which parts of an Agent's workers a pass read.
 type observedWorkers struct {
-	deployment, graph, replicaSets bool
+	deployment, graph, replicaSets, spend bool
 }
 
 // agentStatus derives the Agent's status from its status before the pass
@@ -99,6 +101,9 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 		status.WorkerVersions = nil
 	}
 	status.SessionFeatures = sessionFeatures(status.WorkerVersions)
+	if pass.observed.spend {
+		status.Spend = pass.spend
+	}
 	setAgentReadyCondition(&status, agent.Generation, pass)
 	setStalledCondition(&status, agent.Generation, pass)
 	return status

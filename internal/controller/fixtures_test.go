@@ -20,6 +20,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/spend"
 )
 
 var namespaceCount atomic.Int64
@@ -315,11 +316,27 @@ type fakeEngine struct {
 	deployments map[string]*rollout.Engine
 	// calls records what a versioned rollout did, as "<op> <build ID>".
 	calls map[string][]string
+	// counters are the spend counters by Flow type.
+	counters map[string]spend.Counter
 }
 
 var testEngine = &fakeEngine{
 	pollers: map[string][]rollout.Poller{}, errs: map[string]error{},
 	offered: map[string]bool{}, deployments: map[string]*rollout.Engine{}, calls: map[string][]string{},
+	counters: map[string]spend.Counter{},
+}
+
+// spent sets what a Flow type's spend counter holds.
+func (f *fakeEngine) spent(flowType string, c spend.Counter) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counters[flowType] = c
+}
+
+func (f *fakeEngine) SpendCounter(_ context.Context, _ controller.EngineTarget, flowType string) (spend.Counter, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counters[flowType], nil
 }
 
 func (f *fakeEngine) set(taskQueue string, pollers ...rollout.Poller) {

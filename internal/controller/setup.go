@@ -59,7 +59,11 @@ type Options struct {
 	Engines interface {
 		TaskQueuePollers
 		WorkerDeployments
+		SpendCounters
 	}
+	// SpendRecheck is how often an Agent with an agent budget reads its
+	// spend counter for status; zero means DefaultSpendRecheck.
+	SpendRecheck time.Duration
 	// VersionedRollouts lets Agents roll as versions of a Temporal Worker
 	// Deployment where the engine offers it.
 	VersionedRollouts bool
@@ -78,9 +82,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	reader := mgr.GetAPIReader()
 	agents := &AgentReconciler{Client: mgr.GetClient(), APIReader: reader, Defaults: opts.Defaults, RecheckInterval: opts.RecheckInterval,
-		PollerQuietPeriod: opts.PollerQuietPeriod, VersionedRollouts: opts.VersionedRollouts}
+		PollerQuietPeriod: opts.PollerQuietPeriod, VersionedRollouts: opts.VersionedRollouts, SpendRecheck: opts.SpendRecheck}
 	if opts.Engines != nil {
-		agents.Pollers, agents.WorkerDeployments = opts.Engines, opts.Engines
+		agents.Pollers, agents.WorkerDeployments, agents.Spend = opts.Engines, opts.Engines, opts.Engines
 	}
 	if err := agents.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Agent controller: %w", err)

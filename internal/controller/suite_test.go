@@ -135,6 +135,7 @@ var _ = BeforeSuite(func() {
 		Engines:           testEngine,
 		PollerQuietPeriod: 10 * time.Second,
 		VersionedRollouts: true,
+		SpendRecheck:      time.Second,
 	})).To(Succeed())
 	suiteManager = mgr
 	managerDone = make(chan struct{})

@@ -104,6 +104,34 @@ var _ = Describe("API validation", func() {
 		Entry("an event stream smaller than 64Ki", func(a *agentsv1.Agent) {
 			a.Spec.Limits = &agentsv1.LimitsSpec{EventStreamCapacity: ptr.To(resource.MustParse("1Ki"))}
 		}, "spec.limits.eventStreamCapacity", "eventStreamCapacity must be between 64Ki and 1Gi"),
+		Entry("a spend limit with no budget", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{}
+		}, "spec.spendLimit", "a spendLimit needs an agent or a session budget"),
+		Entry("an agent budget with neither tokens nor cost", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Agent: &agentsv1.AgentBudget{}}
+		}, "spec.spendLimit.agent", "an agent budget needs tokens or cost"),
+		Entry("a spend window under a minute", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Window: &metav1.Duration{Duration: time.Second},
+				Session: &agentsv1.SessionBudget{Tokens: 10}}
+		}, "spec.spendLimit.window", "window must be between 1m and 8784h"),
+		Entry("a negative cost budget", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Agent: &agentsv1.AgentBudget{Cost: ptr.To("-5")}}
+		}, "spec.spendLimit.agent.cost", "should match"),
+		Entry("a cost budget of zero", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Agent: &agentsv1.AgentBudget{Cost: ptr.To("0.00")},
+				Prices: []agentsv1.ModelPrice{{Model: "demo", InputPerMillion: "1", OutputPerMillion: "2"}}}
+		}, "spec.spendLimit.agent.cost", "cost must be more than 0"),
+		Entry("a cost budget without a price for the model", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Agent: &agentsv1.AgentBudget{Cost: ptr.To("5")},
+				Prices: []agentsv1.ModelPrice{{Model: "other", InputPerMillion: "1", OutputPerMillion: "2"}}}
+		}, "spec.spendLimit.prices", "a cost budget needs a price for spec.model and every model choice"),
+		Entry("a price that is not a decimal", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Session: &agentsv1.SessionBudget{Tokens: 10},
+				Prices: []agentsv1.ModelPrice{{Model: "demo", InputPerMillion: "2e4", OutputPerMillion: "2"}}}
+		}, "spec.spendLimit.prices[0].inputPerMillion", "should match"),
+		Entry("a session budget of no tokens", func(a *agentsv1.Agent) {
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Session: &agentsv1.SessionBudget{Tokens: 0}}
+		}, "spec.spendLimit.session.tokens", "should be greater than or equal to 1"),
 		Entry("an engine address without a port", withEngine("temporal.example.com", "default"),
 			"spec.engine.address", "should match"),
 		Entry("an engine address with a gRPC scheme", withEngine("dns:temporal.example.com:7233", "default"),

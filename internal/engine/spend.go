@@ -13,14 +13,8 @@ import (
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
-// The spend counter's names on the engine.
+// The spend counter's updates.
 const (
-	// SpendCounterWorkflow is the workflow type of a Flow type's spend
-	// counter.
-	SpendCounterWorkflow = "stepwise.SpendCounter"
-	// SpendUsageQuery answers with the counter's spend.Counter.
-	SpendUsageQuery = "usage"
-
 	spendAdmitUpdate  = "admit"
 	spendRecordUpdate = "record"
 	// spendCounterRunLength is how many calls one run of the counter
@@ -28,12 +22,6 @@ const (
 	// short.
 	spendCounterRunLength = 2000
 )
-
-// SpendCounterID is the workflow ID of a Flow type's spend counter. Session
-// IDs never contain "/", so no session can take it.
-func SpendCounterID(flowType string) string {
-	return "stepwise-spend-counter/" + flowType
-}
 
 // SpendCounter is the durable counter of one Agent's budget: every worker
 // of the Agent admits and records its model calls through it, one at a
@@ -59,7 +47,7 @@ func SpendCounter(ctx workflow.Context, c spend.Counter) error {
 	if err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(ctx, SpendUsageQuery, func() (spend.Counter, error) { return c, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, spend.UsageQuery, func() (spend.Counter, error) { return c, nil }); err != nil {
 		return err
 	}
 	err = workflow.Await(ctx, func() bool {
@@ -71,7 +59,7 @@ func SpendCounter(ctx workflow.Context, c spend.Counter) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
-	return workflow.NewContinueAsNewError(ctx, SpendCounterWorkflow, c)
+	return workflow.NewContinueAsNewError(ctx, spend.CounterWorkflow, c)
 }
 
 // Budget is the built-in spend limit of an Agent: a budget per window
@@ -135,9 +123,9 @@ func (b *Budget) Record(ctx context.Context, call agent.SpendCall, used agent.Sp
 // not running.
 func (b *Budget) update(ctx context.Context, name, id string, arg, out any) error {
 	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID: SpendCounterID(b.FlowType), TaskQueue: b.TaskQueue,
+		ID: spend.CounterID(b.FlowType), TaskQueue: b.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, SpendCounterWorkflow, spend.Counter{})
+	}, spend.CounterWorkflow, spend.Counter{})
 	handle, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -91,7 +92,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	w.RegisterWorkflowWithOptions(flow.Run, register)
 	// The counter follows the deployment's current version, so it never
 	// holds an old version from draining.
-	counter := workflow.RegisterOptions{Name: SpendCounterWorkflow}
+	counter := workflow.RegisterOptions{Name: spend.CounterWorkflow}
 	if o.Version != nil {
 		counter.VersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
 	}

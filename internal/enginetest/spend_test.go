@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -33,13 +34,16 @@ func endedTurn(t *testing.T, sessions *client.Sessions, id string, turns int) cl
 // counterOf reads the Flow type's spend counter as the operator does.
 func counterOf(t *testing.T, s *Stack) spend.Counter {
 	t.Helper()
-	resp, err := s.Client.QueryWorkflow(context.Background(), engine.SpendCounterID(s.FlowType), "", engine.SpendUsageQuery)
+	admin := engineadmin.New(logr.Discard())
+	defer admin.Close()
+	conn := engineadmin.Connection{Address: s.Server.FrontendHostPort(), Namespace: s.Config.Engine.Namespace}
+	c, err := admin.SpendCounter(context.Background(), conn, s.FlowType)
 	if err != nil {
-		t.Fatalf("querying the spend counter: %v", err)
+		t.Fatalf("reading the spend counter: %v", err)
 	}
-	var c spend.Counter
-	if err := resp.Get(&c); err != nil {
-		t.Fatal(err)
+	// A Flow type that never spent under a budget has no counter.
+	if none, err := admin.SpendCounter(context.Background(), conn, "NeverSpent"); err != nil || none.Calls != 0 {
+		t.Errorf("a Flow type with no counter reads as %+v, %v", none, err)
 	}
 	return c
 }

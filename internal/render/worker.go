@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -239,7 +241,10 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 		return nil, b
 	}
 	envs := secretEnvs{}
-	cfg := workerConfig(r, envs)
+	cfg, err := workerConfig(r, envs)
+	if err != nil {
+		return nil, err
+	}
 	secretDigests := r.SecretDigests
 	var hubSecret *corev1ac.SecretApplyConfiguration
 	if hub := r.EventHub; hub != nil {
@@ -354,7 +359,7 @@ func workers(agent *agentsv1.Agent) agentsv1.WorkersSpec {
 	return *agent.Spec.Workers
 }
 
-func workerConfig(r *Resolved, envs secretEnvs) workerconfig.Config {
+func workerConfig(r *Resolved, envs secretEnvs) (workerconfig.Config, error) {
 	agent := r.Agent
 	spec := agent.Spec
 	cfg := workerconfig.Config{
@@ -380,6 +385,10 @@ func workerConfig(r *Resolved, envs secretEnvs) workerconfig.Config {
 			DefaultToolEffect: string(orDefault(spec.DefaultToolEffect, agentsv1.ToolEffectUnclassified)),
 			Limits:            limits(spec.Limits),
 		},
+	}
+	var err error
+	if cfg.SpendLimit, err = spendLimit(spec.SpendLimit); err != nil {
+		return workerconfig.Config{}, err
 	}
 	if tls := r.Engine.TLS; tls != nil {
 		cfg.Engine.TLS = &workerconfig.TLS{ServerName: tls.ServerName}
@@ -426,7 +435,7 @@ func workerConfig(r *Resolved, envs secretEnvs) workerconfig.Config {
 	if ms := r.MediaStore; ms != nil {
 		cfg.MediaStore = mediaStore(ms, r.S3SessionToken, envs)
 	}
-	return cfg
+	return cfg, nil
 }
 
 func model(m agentsv1.ModelSpec, envs secretEnvs) workerconfig.Model {
@@ -441,6 +450,48 @@ func model(m agentsv1.ModelSpec, envs secretEnvs) workerconfig.Model {
 		out.ReasoningEffort = string(s.ReasoningEffort)
 	}
 	return out
+}
+
+// spendLimit renders the budget with costs in millionths, so the workers'
+// sums are exact. The API server checked every decimal's form.
+func spendLimit(l *agentsv1.SpendLimitSpec) (*workerconfig.SpendLimit, error) {
+	if l == nil {
+		return nil, nil
+	}
+	out := &workerconfig.SpendLimit{Window: metav1.Duration{Duration: 24 * time.Hour}}
+	if l.Window != nil {
+		out.Window = *l.Window
+	}
+	var errs []error
+	micro := func(field string, v *string) int64 {
+		if v == nil {
+			return 0
+		}
+		n, err := spend.ParseMicro(*v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spec.spendLimit.%s: %w", field, err))
+		}
+		return n
+	}
+	if a := l.Agent; a != nil {
+		if a.Tokens != nil {
+			out.AgentTokens = *a.Tokens
+		}
+		out.AgentMicroCost = micro("agent.cost", a.Cost)
+	}
+	if l.Session != nil {
+		out.SessionTokens = l.Session.Tokens
+	}
+	for i, p := range l.Prices {
+		field := fmt.Sprintf("prices[%d].", i)
+		out.Prices = append(out.Prices, workerconfig.ModelPrice{
+			Model:                      p.Model,
+			InputMicroPerMillion:       micro(field+"inputPerMillion", &p.InputPerMillion),
+			CachedInputMicroPerMillion: micro(field+"cachedInputPerMillion", p.CachedInputPerMillion),
+			OutputMicroPerMillion:      micro(field+"outputPerMillion", &p.OutputPerMillion),
+		})
+	}
+	return out, errors.Join(errs...)
 }
 
 func limits(l *agentsv1.LimitsSpec) workerconfig.Limits {

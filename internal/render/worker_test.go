@@ -60,6 +60,14 @@ func TestRenderWorkerConfig(t *testing.T) {
 				APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "anthropic", Key: "key"},
 				Settings:        &agentsv1.ModelSettings{ReasoningEffort: "high"},
 			}}}
+			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{
+				Agent:   &agentsv1.AgentBudget{Cost: new("2.5")},
+				Session: &agentsv1.SessionBudget{Tokens: 50_000},
+				Prices: []agentsv1.ModelPrice{
+					{Model: "gpt-5-mini", InputPerMillion: "0.25", OutputPerMillion: "2"},
+					{Model: "claude-x", InputPerMillion: "3", CachedInputPerMillion: new("0.3"), OutputPerMillion: "15"},
+				},
+			}
 		})
 	tickets := readyToolSource("tickets", func(ts *agentsv1.ToolSource) {
 		ts.Spec.SourceName = "crm"
@@ -112,6 +120,12 @@ func TestRenderWorkerConfig(t *testing.T) {
 		{"store URI", cfg.MediaStore.StoreURI, "file:///media"},
 		{"health on the pod network", cfg.HealthAddress, ":8080"},
 		{"events on loopback only", cfg.DebugAddress, "127.0.0.1:8081"},
+		{"spend window default", cfg.SpendLimit.Window.Duration, 24 * time.Hour},
+		{"agent cost in millionths", cfg.SpendLimit.AgentMicroCost, int64(2_500_000)},
+		{"no agent token budget", cfg.SpendLimit.AgentTokens, int64(0)},
+		{"session tokens", cfg.SpendLimit.SessionTokens, int64(50_000)},
+		{"price in millionths", cfg.SpendLimit.Prices[1], workerconfig.ModelPrice{Model: "claude-x",
+			InputMicroPerMillion: 3_000_000, CachedInputMicroPerMillion: 300_000, OutputMicroPerMillion: 15_000_000}},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -7,10 +7,28 @@ package spend
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// The counter's names on the engine.
+const (
+	// CounterWorkflow is the workflow type of a Flow type's spend counter.
+	CounterWorkflow = "stepwise.SpendCounter"
+	// UsageQuery answers with the counter's Counter.
+	UsageQuery = "usage"
+)
+
+// CounterIDPrefix starts the workflow ID of every spend counter; clients
+// refuse session IDs that start with it, so no session can take one.
+const CounterIDPrefix = "stepwise-spend-counter/"
+
+// CounterID is the workflow ID of a Flow type's spend counter.
+func CounterID(flowType string) string {
+	return CounterIDPrefix + flowType
+}
 
 // Amount is what model calls spent: tokens, and cost in millionths of the
 // currency the Agent's prices are in.
@@ -102,8 +120,9 @@ type Decision struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// reservation is budget an admitted call holds until its record arrives.
-type reservation struct {
+// Reservation is budget an admitted call holds until its record arrives.
+type Reservation struct {
+	CallID  string    `json:"callId"`
 	Amount  Amount    `json:"amount"`
 	Expires time.Time `json:"expires"`
 }
@@ -126,8 +145,10 @@ type Counter struct {
 	// LargestCall is the most one call has used; an admitted call
 	// reserves this much until its record arrives.
 	LargestCall Amount `json:"largestCall"`
-	// Reserved are the admitted calls not yet recorded, by call ID.
-	Reserved map[string]reservation `json:"reserved,omitempty"`
+	// Reserved are the admitted calls not yet recorded, in the order they
+	// were admitted; a list, not a map, so workflow code that walks it
+	// replays the same.
+	Reserved []Reservation `json:"reserved,omitempty"`
 	// Recorded are the last recorded call IDs, oldest first.
 	Recorded []string `json:"recorded,omitempty"`
 }
@@ -139,11 +160,12 @@ func (c *Counter) roll(window time.Duration, now time.Time) {
 	if window != c.Window || start.After(c.WindowStart) {
 		c.WindowStart, c.Window, c.Spent, c.Calls = start, window, Amount{}, 0
 	}
-	for id, r := range c.Reserved {
-		if !now.Before(r.Expires) {
-			delete(c.Reserved, id)
-		}
-	}
+	c.Reserved = slices.DeleteFunc(c.Reserved, func(r Reservation) bool { return !now.Before(r.Expires) })
+}
+
+// reservation is the index of a call's reservation, or -1.
+func (c *Counter) reservation(id string) int {
+	return slices.IndexFunc(c.Reserved, func(r Reservation) bool { return r.CallID == id })
 }
 
 // reserved is what the admitted calls hold.
@@ -161,7 +183,7 @@ func (c *Counter) reserved() Amount {
 // that run at once stop at the budget within about one call's usage.
 func (c *Counter) Admit(req Request, now time.Time) Decision {
 	c.roll(req.Limits.Window, now)
-	if _, ok := c.Reserved[req.CallID]; ok || c.recorded(req.CallID) {
+	if c.reservation(req.CallID) >= 0 || slices.Contains(c.Recorded, req.CallID) {
 		// The same attempt asking again, as after a lost answer.
 		return Decision{Admitted: true}
 	}
@@ -173,10 +195,7 @@ func (c *Counter) Admit(req Request, now time.Time) Decision {
 	if limit := req.Limits.Agent.MicroCost; limit > 0 && held.MicroCost >= limit {
 		return Decision{Reason: c.refusal(fmt.Sprintf("%s of its %s cost", FormatMicro(c.Spent.MicroCost), FormatMicro(limit)), held.MicroCost > c.Spent.MicroCost, next)}
 	}
-	if c.Reserved == nil {
-		c.Reserved = map[string]reservation{}
-	}
-	c.Reserved[req.CallID] = reservation{Amount: c.LargestCall, Expires: now.Add(req.Hold)}
+	c.Reserved = append(c.Reserved, Reservation{CallID: req.CallID, Amount: c.LargestCall, Expires: now.Add(req.Hold)})
 	return Decision{Admitted: true}
 }
 
@@ -194,10 +213,12 @@ func (c *Counter) refusal(spent string, inFlight bool, next string) string {
 // record sent twice counts once.
 func (c *Counter) Record(rec Record, now time.Time) {
 	c.roll(c.Window, now)
-	if c.recorded(rec.CallID) {
+	if slices.Contains(c.Recorded, rec.CallID) {
 		return
 	}
-	delete(c.Reserved, rec.CallID)
+	if i := c.reservation(rec.CallID); i >= 0 {
+		c.Reserved = slices.Delete(c.Reserved, i, i+1)
+	}
 	c.Spent = c.Spent.add(rec.Used)
 	c.Calls++
 	c.LargestCall = Amount{Tokens: max(c.LargestCall.Tokens, rec.Used.Tokens), MicroCost: max(c.LargestCall.MicroCost, rec.Used.MicroCost)}
@@ -205,15 +226,6 @@ func (c *Counter) Record(rec Record, now time.Time) {
 	if len(c.Recorded) > recentRecords {
 		c.Recorded = append([]string(nil), c.Recorded[len(c.Recorded)-recentRecords:]...)
 	}
-}
-
-func (c *Counter) recorded(id string) bool {
-	for _, r := range c.Recorded {
-		if r == id {
-			return true
-		}
-	}
-	return false
 }
 
 // Usage is what a counter shows of the current window.
@@ -283,4 +295,24 @@ func FormatMicro(micro int64) string {
 		return sign + strconv.FormatInt(whole, 10)
 	}
 	return sign + strconv.FormatInt(whole, 10) + "." + strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
+}
+
+// ParseMicro reads a decimal such as "25" or "0.15", with up to six
+// decimal places, as millionths.
+func ParseMicro(s string) (int64, error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || len(whole) > 12 || len(frac) > 6 || strings.HasSuffix(s, ".") {
+		return 0, fmt.Errorf("%q is not a decimal with at most 12 digits before the point and 6 after", s)
+	}
+	w, err := strconv.ParseUint(whole, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a decimal: %w", s, err)
+	}
+	var f uint64
+	if frac != "" {
+		if f, err = strconv.ParseUint(frac+strings.Repeat("0", 6-len(frac)), 10, 64); err != nil {
+			return 0, fmt.Errorf("%q is not a decimal: %w", s, err)
+		}
+	}
+	return int64(w*1_000_000 + f), nil //nolint:gosec // at most 13 digits before the point
 }

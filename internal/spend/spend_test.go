@@ -208,3 +208,19 @@ func TestValidate(t *testing.T) {
 		t.Error("a negative record passed")
 	}
 }
+
+func TestParseMicro(t *testing.T) {
+	for in, want := range map[string]int64{"25": 25_000_000, "2.50": 2_500_000, "0.000001": 1, "999999999999.999999": 999_999_999_999_999_999} {
+		if got, err := ParseMicro(in); err != nil || got != want {
+			t.Errorf("ParseMicro(%q) = %d, %v, want %d", in, got, err, want)
+		}
+		if got, _ := ParseMicro(in); FormatMicro(got) != strings.TrimRight(strings.TrimRight(in, "0"), ".") && in != "25" {
+			t.Errorf("FormatMicro(ParseMicro(%q)) = %s", in, FormatMicro(got))
+		}
+	}
+	for _, in := range []string{"", ".5", "5.", "-1", "1.2345678", "1e3", "1,5", "+1", "1.-5", "1234567890123"} {
+		if _, err := ParseMicro(in); err == nil {
+			t.Errorf("ParseMicro(%q) passed", in)
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/spend"
 )
 
 // Steps a session waits in for a person.
@@ -79,6 +80,9 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 	var o startOptions
 	for _, opt := range opts {
 		opt.applyToStart(&o)
+	}
+	if strings.HasPrefix(sessionID, spend.CounterIDPrefix) {
+		return false, fmt.Errorf("starting session %s: session IDs starting with %q are the engine's own", sessionID, spend.CounterIDPrefix)
 	}
 	requestID, err := resolveRequestID(o.requestID)
 	if err != nil {

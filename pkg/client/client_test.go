@@ -581,3 +581,12 @@ func TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest(t *testi
 		t.Errorf("the message was stored %d times and the refund ran %d times; want each once", sent, refunds.Load())
 	}
 }
+
+// TestStartRefusesTheSpendCounterID keeps sessions off the workflow IDs of
+// the spend counters, without a call to the engine.
+func TestStartRefusesTheSpendCounterID(t *testing.T) {
+	ok, err := client.New(nil, "F", "").Start(context.Background(), "stepwise-spend-counter/F", "hello")
+	if ok || err == nil || !strings.Contains(err.Error(), "are the engine's own") {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+}
