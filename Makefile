@@ -142,7 +142,7 @@ fuzz: ## Fuzz the image sniffers and the reference validator for FUZZTIME each.
 record-histories: temporal ## Record this engine version's session histories, which later versions must replay.
 	STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
 	STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories/$$(sed -n 's/^const EngineVersion = "\(.*\)"/\1/p' internal/version/version.go) \
-		go test -count=1 -run TestRecordHistories ./internal/enginetest/
+		go test -count=1 -run 'TestRecordHistories|TestRecordSpendCounterHistory' ./internal/enginetest/
 
 .PHONY: bench
 bench: temporal ## Measure the engine's per-Step overhead and turns per second on a local Temporal server.

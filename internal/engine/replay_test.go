@@ -10,6 +10,8 @@ import (
 	temporallog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/stepwise-run/stepwise/internal/spend"
 )
 
 // recordedFlowType is the Flow type of the recorded sessions.
@@ -18,7 +20,8 @@ const recordedFlowType = "Recorded"
 // TestReplayRecordedHistories replays session histories that an earlier
 // version of the workflow code wrote on a real Temporal server: chat turns,
 // an approval and a rejection, a question and a durable wait, and a tool
-// call retried after a worker was killed, plans and plan mode. A change to workflow code that
+// call retried after a worker was killed, plans and plan mode, and an
+// Agent's spend counter admitting and refusing calls. A change to workflow code that
 // would break a running session fails here. Re-record the fixtures with
 // `make record-histories` only when a release is meant to replace them.
 func TestReplayRecordedHistories(t *testing.T) {
@@ -37,6 +40,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 			// plan-mode message the session accepted still replays.
 			flow := &Flow{Timings: DefaultTimings(), Events: events, Trace: moves.trace, PlanMode: false}
 			replayer.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: recordedFlowType})
+			// The spend counter's histories, among the sessions'.
+			replayer.RegisterWorkflowWithOptions(SpendCounter, workflow.RegisterOptions{Name: spend.CounterWorkflow})
 			if err := replayer.ReplayWorkflowHistoryFromJSONFile(logger, file); err != nil {
 				t.Fatalf("replaying %s: %v", file, err)
 			}

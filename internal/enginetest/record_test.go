@@ -13,8 +13,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/media/localstore"
 	"github.com/stepwise-run/stepwise/internal/media/mediatest"
@@ -163,24 +165,7 @@ func TestRecordHistories(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	save := func(c tclient.Client, id, runID, file string) {
-		var history historypb.History
-		it := c.GetWorkflowHistory(ctx, id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			event, err := it.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			history.Events = append(history.Events, event)
-		}
-		doc, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&history)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, file), doc, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	save := func(c tclient.Client, id, runID, file string) { saveHistory(t, c, id, runID, filepath.Join(dir, file)) }
 	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp", "plans", "images"} {
 		save(s.Client, id, "", id+".json")
 	}
@@ -231,4 +216,57 @@ func TestRecordHistories(t *testing.T) {
 	lastAnswer(t, versionedSessions, "moved", 2)
 	save(versioned.Client, "moved", firstRun, "moved-first-run.json")
 	save(versioned.Client, "moved", "", "moved-carried-run.json")
+}
+
+// saveHistory writes one run's history as the replayer reads it.
+func saveHistory(t *testing.T, c tclient.Client, id, runID, path string) {
+	t.Helper()
+	var history historypb.History
+	it := c.GetWorkflowHistory(context.Background(), id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		event, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		history.Events = append(history.Events, event)
+	}
+	doc, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecordSpendCounterHistory records the history of an Agent's spend
+// counter as sessions on two workers spend under its budget, until one is
+// refused, for the replay tests.
+func TestRecordSpendCounterHistory(t *testing.T) {
+	dir := os.Getenv(RecordHistoriesEnv)
+	if dir == "" {
+		t.Skipf("set %s to a directory to record the spend counter's history for the replay tests", RecordHistoriesEnv)
+	}
+	s := NewStack(t, ReplayFlowType)
+	s.Config.SpendLimit = &workerconfig.SpendLimit{Window: metav1.Duration{Duration: time.Hour}, AgentTokens: 2000}
+	s.StartWorker()
+	s.StartWorker()
+	sessions := client.New(s.Client, s.FlowType, "")
+	refused := 0
+	for i := range 4 {
+		id := "spender-" + itoa(i)
+		if ok, err := sessions.Start(context.Background(), id, "hello "+strings.Repeat("x", 400)); !ok || err != nil {
+			t.Fatalf("Start = %v, %v", ok, err)
+		}
+		if endedTurn(t, sessions, id, 1).State.LastTurnError != "" {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no session was refused")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	saveHistory(t, s.Client, spend.CounterID(s.FlowType), "", filepath.Join(dir, "spend-counter.json"))
 }

@@ -164,6 +164,13 @@ func supportDemo(t *testing.T) {
 	if last.Role != "assistant" || !strings.Contains(last.Text, "refund rf-1-7") {
 		t.Fatalf("the session's last message is %s %q; want the assistant's report of refund rf-1-7", last.Role, last.Text)
 	}
+	// The workers counted the session's model calls against the sample's
+	// budget on the engine, and the operator shows it.
+	used := snap.Usage.InputTokens + snap.Usage.OutputTokens
+	waitAgent(t, "support", func(a *agentsv1.Agent) bool {
+		sp := a.Status.Spend
+		return sp != nil && sp.Tokens >= used && sp.ModelCalls >= snap.Usage.ModelCalls && sp.CostBudget == "25" && sp.Cost != "0" && !sp.Reached
+	})
 }
 
 func scaleAgent(t *testing.T) {
