@@ -16,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/stepwise-run/stepwise/internal/engine"
-	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/media/localstore"
 	"github.com/stepwise-run/stepwise/internal/media/mediatest"
+	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
