@@ -11,6 +11,7 @@ HELM_VERSION           := $(call tool_version,helm,helm.sh/helm/v4)
 KUBECONFORM_VERSION    := $(call tool_version,kubeconform,github.com/yannh/kubeconform)
 CRANE_VERSION          := $(call tool_version,crane,github.com/google/go-containerregistry)
 VERSITYGW_VERSION      := $(call tool_version,versitygw,github.com/versity/versitygw)
+MONITORING_VERSION     := $(call tool_version,monitoring,github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring)
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -24,6 +25,9 @@ HELM           := $(BIN)/helm-$(HELM_VERSION)
 KUBECONFORM    := $(BIN)/kubeconform-$(KUBECONFORM_VERSION)
 CRANE          := $(BIN)/crane-$(CRANE_VERSION)
 VERSITYGW      := $(BIN)/versitygw-$(VERSITYGW_VERSION)
+# The Prometheus Operator's PodMonitor and ServiceMonitor CRDs, generated
+# from its pinned API, for the checks of the chart's monitors.
+MONITORING_CRDS := $(BIN)/monitoring-crds-$(MONITORING_VERSION)
 # The reference MCP servers, from npm, cached by the digest of their lock.
 MCP_SERVERS    := $(BIN)/mcp-servers-$(shell sha256sum hack/tools/mcp-servers/package-lock.json | cut -c1-12)
 # playwright-core, from npm, which drives the system's Chromium in the web
@@ -105,12 +109,12 @@ lint: $(GOLANGCI_LINT) $(WORKFLOWCHECK) ## Run golangci-lint, and workflowcheck 
 	$(WORKFLOWCHECK) -config hack/workflowcheck.yaml ./...
 
 .PHONY: chart-check
-chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its renders (default and all values), the samples and the autoscaler example against the API server's schemas.
+chart-check: $(HELM) $(KUBECONFORM) envtest monitoring-crds ## Lint the Helm chart; check its renders (default and all values), the samples and the autoscaler example against the API server's schemas.
 	@grep -qx 'version: $(VERSION)' $(CHART)/Chart.yaml && grep -qx 'appVersion: "$(VERSION)"' $(CHART)/Chart.yaml || \
 		{ echo "$(CHART)/Chart.yaml: version and appVersion must be the release, $(VERSION)"; exit 1; }
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --values $(CHART)/ci/all-values.yaml
-	go run ./hack/kubeschemas --assets $(ENVTEST_ASSETS) --crds config/crd/bases --out $(KUBESCHEMAS)
+	go run ./hack/kubeschemas --assets $(ENVTEST_ASSETS) --crds config/crd/bases,$(MONITORING_CRDS) --out $(KUBESCHEMAS)
 	$(HELM) template stepwise $(CHART) --namespace stepwise-system --include-crds \
 		| $(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)'
 	$(HELM) template stepwise $(CHART) --namespace stepwise-system --include-crds --values $(CHART)/ci/all-values.yaml \
@@ -121,7 +125,7 @@ chart-check: $(HELM) $(KUBECONFORM) envtest ## Lint the Helm chart; check its re
 test: verify-tree verify-gen vet lint envtest temporal mcp-servers versitygw browser-driver chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server, MCP servers and S3 server, a short fuzz run, then the end-to-end suite on a real single-node cluster.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
 	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) STEPWISE_VERSITYGW=$(VERSITYGW) \
-	STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) \
+	STEPWISE_MONITORING_CRDS=$(MONITORING_CRDS) STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) \
 		go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory e2e
@@ -267,6 +271,17 @@ versitygw: $(VERSITYGW) ## Build the S3 server the media store tests run (versit
 
 $(VERSITYGW):
 	cd hack/tools/versitygw && go build -o $@ github.com/versity/versitygw/cmd/versitygw
+
+.PHONY: monitoring-crds
+monitoring-crds: $(MONITORING_CRDS)/.ready ## Generate the Prometheus Operator's PodMonitor and ServiceMonitor CRDs from its pinned API into bin/, for the chart checks.
+
+$(MONITORING_CRDS)/.ready: $(CONTROLLER_GEN)
+	rm -rf $(MONITORING_CRDS) $(MONITORING_CRDS).all
+	cd hack/tools/monitoring && $(CONTROLLER_GEN) crd paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 output:crd:dir=$(MONITORING_CRDS).all
+	mkdir -p $(MONITORING_CRDS)
+	mv $(MONITORING_CRDS).all/monitoring.coreos.com_podmonitors.yaml $(MONITORING_CRDS).all/monitoring.coreos.com_servicemonitors.yaml $(MONITORING_CRDS)/
+	rm -rf $(MONITORING_CRDS).all
+	touch $@
 
 .PHONY: mcp-servers
 mcp-servers: $(MCP_SERVERS)/.ready ## Install the reference MCP servers the tests run (server-everything, server-filesystem) from npm into bin/.

@@ -34,7 +34,7 @@ func main() {
 	var opts options
 	flag.StringVar(&opts.assets, "assets", os.Getenv("KUBEBUILDER_ASSETS"),
 		"Directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS).")
-	flag.StringVar(&opts.crds, "crds", "config/crd/bases", "Directory of the CRDs to install before reading the API.")
+	flag.StringVar(&opts.crds, "crds", "config/crd/bases", "Directories of the CRDs to install before reading the API, separated by commas.")
 	flag.StringVar(&opts.out, "out", "", "Directory to write the schema files to; its *.json files are replaced.")
 	flag.DurationVar(&opts.timeout, "timeout", 2*time.Minute, "How long to wait for the API server to publish the CRDs' schemas.")
 	flag.Parse()
@@ -58,7 +58,7 @@ func run(opts options, out io.Writer) (err error) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: opts.assets,
-		CRDDirectoryPaths:     []string{opts.crds},
+		CRDDirectoryPaths:     strings.Split(opts.crds, ","),
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()

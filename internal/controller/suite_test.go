@@ -84,10 +84,12 @@ var _ = BeforeSuite(func() {
 		"KUBEBUILDER_ASSETS must name the directory with kube-apiserver, etcd and kubectl; run the tests with make test")
 	suiteCtx, cancel = context.WithCancel(context.Background())
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
+	crds := []string{filepath.Join("..", "..", "config", "crd", "bases")}
+	// The chart's monitors, rendered with all values, are applied too.
+	if monitoring := os.Getenv("STEPWISE_MONITORING_CRDS"); monitoring != "" {
+		crds = append(crds, monitoring)
 	}
+	testEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())

@@ -49,6 +49,12 @@ const (
 	// ComponentWorkerConfig is the LabelComponent value of worker
 	// configuration ConfigMaps.
 	ComponentWorkerConfig = "worker-config"
+	// MetricsPortName names the worker container's metrics port, which the
+	// chart's PodMonitor scrapes.
+	MetricsPortName = "metrics"
+	// ComponentWorker is the LabelComponent value of worker Deployments
+	// and pods; the chart's PodMonitor selects pods by it.
+	ComponentWorker = "worker"
 	// AnnotationConfigDigest is the config digest a pod template was rendered
 	// with; a new digest rolls the workers.
 	AnnotationConfigDigest = "agents.stepwise.run/config-digest"
@@ -64,7 +70,6 @@ const (
 
 	workerAppName          = "agent-worker"
 	configVolume           = "config"
-	componentWorker        = "worker"
 	componentSessionGraph  = "session-graph"
 	componentEventHubToken = "event-hub-token"
 )
@@ -283,7 +288,7 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 	if serviceAccount == "" {
 		serviceAccount = WorkerName(agent.Name)
 		w.ServiceAccount = corev1ac.ServiceAccount(serviceAccount, agent.Namespace).
-			WithLabels(objectLabels(agent.Name, componentWorker)).
+			WithLabels(objectLabels(agent.Name, ComponentWorker)).
 			WithOwnerReferences(ownerReference(agent))
 	}
 	w.Deployment = deployment(r, envs, serviceAccount, digest)
@@ -626,9 +631,9 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 	replicas := DesiredReplicas(agent)
 	stopTimeout := StopTimeout(r)
 
-	podLabels := objectLabels(agent.Name, componentWorker)
+	podLabels := objectLabels(agent.Name, ComponentWorker)
 	podLabels[LabelEngineVersion] = r.EngineVersion
-	deploymentLabels := objectLabels(agent.Name, componentWorker)
+	deploymentLabels := objectLabels(agent.Name, ComponentWorker)
 	deploymentLabels[LabelFlowClaim] = FlowClaim(r.Engine, agent.Spec.FlowType)
 	if r.MediaStore != nil {
 		deploymentLabels[LabelMediaStore] = r.MediaStore.Name
@@ -688,7 +693,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		WithImage(r.WorkerImage).
 		WithArgs("--config="+ConfigDir+"/"+workerconfig.FileName, "--stop-timeout="+stopTimeout.String()).
 		WithPorts(corev1ac.ContainerPort().WithName("health").WithContainerPort(HealthPort).WithProtocol(corev1.ProtocolTCP),
-			corev1ac.ContainerPort().WithName("metrics").WithContainerPort(MetricsPort).WithProtocol(corev1.ProtocolTCP)).
+			corev1ac.ContainerPort().WithName(MetricsPortName).WithContainerPort(MetricsPort).WithProtocol(corev1.ProtocolTCP)).
 		WithEnv(env...).
 		WithVolumeMounts(mounts...).
 		WithLivenessProbe(probe("/healthz")).
@@ -745,7 +750,7 @@ func DisruptionBudgetName(agentName string) string { return WorkerName(agentName
 // holds no Step, and a crash-looping pod must not block a node drain.
 func disruptionBudget(agent *agentsv1.Agent) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
 	return policyv1ac.PodDisruptionBudget(DisruptionBudgetName(agent.Name), agent.Namespace).
-		WithLabels(objectLabels(agent.Name, componentWorker)).
+		WithLabels(objectLabels(agent.Name, ComponentWorker)).
 		WithOwnerReferences(ownerReference(agent)).
 		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
 			WithMaxUnavailable(intstr.FromInt32(1)).
