@@ -750,6 +750,8 @@ type SpendStatus struct {
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Task Queue",type=string,JSONPath=`.status.taskQueue`,priority=1
+// +kubebuilder:printcolumn:name="Tokens Spent",type=integer,JSONPath=`.status.spend.tokens`,priority=1
+// +kubebuilder:printcolumn:name="Budget Reached",type=boolean,JSONPath=`.status.spend.reached`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Agent struct {
 	metav1.TypeMeta   `json:",inline"`
