@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -381,6 +383,23 @@ type SpendLimitSpec struct {
 	// +listMapKey=model
 	// +kubebuilder:validation:MaxItems=64
 	Prices []ModelPrice `json:"prices,omitempty"`
+}
+
+// DefaultSpendWindow is the window of an agent budget that names none.
+const DefaultSpendWindow = 24 * time.Hour
+
+// WindowLength is the length of the agent budget's windows.
+func (l *SpendLimitSpec) WindowLength() time.Duration {
+	if l.Window == nil {
+		return DefaultSpendWindow
+	}
+	return l.Window.Duration
+}
+
+// HasAgentBudget reports whether the limit has a budget shared by all the
+// Agent's sessions.
+func (l *SpendLimitSpec) HasAgentBudget() bool {
+	return l != nil && l.Agent != nil
 }
 
 // AgentBudget bounds what all of an Agent's sessions spend in one window.

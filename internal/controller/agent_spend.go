@@ -36,7 +36,7 @@ func (e *Engines) SpendCounter(ctx context.Context, target EngineTarget, flowTyp
 // by the engine, not by the operator.
 func (r *AgentReconciler) observeSpend(ctx context.Context, agent *agentsv1.Agent, target EngineTarget, pass *agentPass) {
 	l := agent.Spec.SpendLimit
-	if l == nil || l.Agent == nil || r.Spend == nil {
+	if !l.HasAgentBudget() || r.Spend == nil {
 		pass.spend, pass.observed.spend = nil, true
 		return
 	}
@@ -50,11 +50,7 @@ func (r *AgentReconciler) observeSpend(ctx context.Context, agent *agentsv1.Agen
 
 // spendStatus is the agent budget's spend in the window that holds now.
 func spendStatus(l *agentsv1.SpendLimitSpec, c spend.Counter, now time.Time) *agentsv1.SpendStatus {
-	window := 24 * time.Hour
-	if l.Window != nil {
-		window = l.Window.Duration
-	}
-	u := c.Usage(window, now)
+	u := c.Usage(l.WindowLength(), now)
 	out := &agentsv1.SpendStatus{
 		WindowStart: metav1.NewTime(u.WindowStart.UTC()), WindowEnd: metav1.NewTime(u.WindowEnd.UTC()),
 		Tokens: u.Spent.Tokens, ModelCalls: u.Calls,
@@ -76,7 +72,7 @@ func spendStatus(l *agentsv1.SpendLimitSpec, c spend.Counter, now time.Time) *ag
 // spendRecheck is how soon the Agent's spend is read again; zero when it
 // has no agent budget.
 func (r *AgentReconciler) spendRecheck(agent *agentsv1.Agent) time.Duration {
-	if l := agent.Spec.SpendLimit; l == nil || l.Agent == nil || r.Spend == nil {
+	if !agent.Spec.SpendLimit.HasAgentBudget() || r.Spend == nil {
 		return 0
 	}
 	if r.SpendRecheck > 0 {

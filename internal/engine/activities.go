@@ -100,14 +100,14 @@ const SpendLimitType = "stepwise.SpendLimitReached"
 // admit asks the spend limit, when there is one, for this model call
 // attempt. A refusal fails the turn without another attempt.
 func (a *Activities) admit(ctx context.Context, turn session.TurnContext) (agent.SpendCall, error) {
+	if a.Spend == nil {
+		return agent.SpendCall{}, nil
+	}
 	info := activity.GetInfo(ctx)
 	call := agent.SpendCall{
 		SessionID: turn.SessionID, TurnID: turn.TurnID,
 		CallID:        fmt.Sprintf("%s/%s/%s/%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.ActivityID, info.Attempt),
 		SessionTokens: turn.SessionUsage.InputTokens + turn.SessionUsage.OutputTokens,
-	}
-	if a.Spend == nil {
-		return call, nil
 	}
 	err := a.Spend.Admit(ctx, call)
 	var refused *agent.SpendLimitError

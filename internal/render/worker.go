@@ -463,10 +463,7 @@ func spendLimit(l *agentsv1.SpendLimitSpec) (*workerconfig.SpendLimit, error) {
 	if l == nil {
 		return nil, nil
 	}
-	out := &workerconfig.SpendLimit{Window: metav1.Duration{Duration: 24 * time.Hour}}
-	if l.Window != nil {
-		out.Window = *l.Window
-	}
+	out := &workerconfig.SpendLimit{Window: metav1.Duration{Duration: l.WindowLength()}}
 	var errs []error
 	micro := func(field string, v *string) int64 {
 		if v == nil {

@@ -56,11 +56,6 @@ type Limits struct {
 	SessionTokens int64 `json:"sessionTokens,omitempty"`
 }
 
-// Enabled reports whether the limits bound anything.
-func (l Limits) Enabled() bool {
-	return l.Agent.Tokens > 0 || l.Agent.MicroCost > 0 || l.SessionTokens > 0
-}
-
 // WindowStart is the start of the window that holds now.
 func (l Limits) WindowStart(now time.Time) time.Time {
 	if l.Window <= 0 {
@@ -82,9 +77,10 @@ type Request struct {
 
 // Validate refuses a request the counter cannot account for.
 func (r Request) Validate() error {
+	if err := checkCallID(r.CallID); err != nil {
+		return err
+	}
 	switch {
-	case r.CallID == "" || len(r.CallID) > 512:
-		return fmt.Errorf("callId must have 1 to 512 characters, not %d", len(r.CallID))
 	case r.Limits.Window < time.Minute:
 		return fmt.Errorf("limits.window must be at least one minute, not %s", r.Limits.Window)
 	case r.Limits.Agent.Tokens < 0 || r.Limits.Agent.MicroCost < 0:
@@ -103,11 +99,19 @@ type Record struct {
 
 // Validate refuses a record the counter cannot account for.
 func (r Record) Validate() error {
-	switch {
-	case r.CallID == "" || len(r.CallID) > 512:
-		return fmt.Errorf("callId must have 1 to 512 characters, not %d", len(r.CallID))
-	case r.Used.Tokens < 0 || r.Used.MicroCost < 0:
+	if err := checkCallID(r.CallID); err != nil {
+		return err
+	}
+	if r.Used.Tokens < 0 || r.Used.MicroCost < 0 {
 		return fmt.Errorf("used must not be negative")
+	}
+	return nil
+}
+
+// checkCallID refuses a call ID the counter would not keep.
+func checkCallID(id string) error {
+	if id == "" || len(id) > 512 {
+		return fmt.Errorf("callId must have 1 to 512 characters, not %d", len(id))
 	}
 	return nil
 }
