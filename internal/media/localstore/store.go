@@ -177,7 +177,9 @@ func holds(images int, ref media.Reference, data []byte) (bool, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return false, nil
-	case errors.Is(err, errNotSame):
+	case errors.Is(err, errNotSame), errors.Is(err, errChanged):
+		// Written again: the rename replaces the file whole, and every
+		// writer of one reference writes the same bytes.
 		return false, nil
 	case err != nil:
 		return false, err
@@ -188,6 +190,11 @@ func holds(images int, ref media.Reference, data []byte) (bool, error) {
 // errNotSame is a regular, singly linked image file whose size is not
 // the reference's.
 var errNotSame = errors.New("the image file has another size")
+
+// errChanged is an image file replaced between its status and its
+// opening, as when another writer of the same image renames its copy into
+// place.
+var errChanged = errors.New("the image file changed while it was opened")
 
 // readImage refuses anything but a regular file with one link before it
 // opens the image file, so a device is never opened; it opens without
@@ -224,7 +231,7 @@ func readImage(images int, ref media.Reference) ([]byte, error) {
 		return nil, err
 	}
 	if st.Dev != before.Dev || st.Ino != before.Ino {
-		return nil, errors.New("the image file changed while it was opened")
+		return nil, errChanged
 	}
 	if st.Size != ref.SizeBytes {
 		return nil, fmt.Errorf("%w: %d bytes, the reference has %d", errNotSame, st.Size, ref.SizeBytes)
