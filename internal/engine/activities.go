@@ -13,6 +13,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -40,6 +41,8 @@ type Activities struct {
 	Events EventSink
 	// Spend, when set, admits each model call and is told what it used.
 	Spend agent.SpendLimit
+	// Tracer, when set, emits a span per model call and tool Step attempt.
+	Tracer *tracing.Tracer
 }
 
 // RunModel makes exactly one model call per attempt.
@@ -49,14 +52,49 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 		return session.ModelOutcome{}, err
 	}
 	defer stop()
+	started := time.Now()
 	call, err := a.admit(ctx, turn)
 	if err != nil {
+		a.chatSpan(ctx, turn, started, session.ModelOutcome{}, err)
 		return session.ModelOutcome{}, err
 	}
-	out, err := a.Runner.RunModelStep(ctx, turn)
+	// The activation's root is current while the model call runs, so the
+	// model client's requests carry its trace context.
+	out, err := a.Runner.RunModelStep(tracing.ContextWithParent(ctx, turn.TraceContext), turn)
 	a.record(ctx, call, out.Usage, out.Metadata)
 	out.Attempt = turn.Attempt
+	a.chatSpan(ctx, turn, started, out, err)
 	return out, modelFailure(err)
+}
+
+// chatSpan emits a model call attempt's chat span as the attempt ends.
+func (a *Activities) chatSpan(ctx context.Context, turn session.TurnContext, started time.Time, out session.ModelOutcome, err error) {
+	if a.Tracer == nil {
+		return
+	}
+	c := tracing.ChatCall{
+		Step: stepAttempt(ctx, turn.TurnID), Parent: turn.TraceContext, Start: started, End: time.Now(),
+		Metadata: out.Metadata, Usage: out.Usage, Input: turn.Messages, Output: out.NewMessages, Err: err,
+	}
+	if n := len(turn.Messages); n > 0 {
+		c.LastInputKey = turn.Messages[n-1].Sequence
+	}
+	if turn.CompactThrough > 0 {
+		c.LastInputKey = turn.CompactThrough
+	}
+	for _, tc := range out.ToolCalls {
+		c.RequestedToolCallIDs = append(c.RequestedToolCallIDs, tc.ID)
+	}
+	a.Tracer.Chat(c)
+}
+
+// stepAttempt names the running activity attempt for its span.
+func stepAttempt(ctx context.Context, turnID string) tracing.StepAttempt {
+	info := activity.GetInfo(ctx)
+	return tracing.StepAttempt{
+		SessionID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, StepType: info.ActivityType.Name,
+		StepExecutionID: info.ActivityID, Attempt: int(info.Attempt), TurnID: turnID,
+	}
 }
 
 // loadTurn loads the committed state a model Step attempt works from, with
@@ -84,13 +122,16 @@ func (a *Activities) CompactContext(ctx context.Context, in RunModelInput) (sess
 		return session.CompactionOutcome{}, err
 	}
 	defer stop()
+	started := time.Now()
 	call, err := a.admit(ctx, turn)
 	if err != nil {
+		a.chatSpan(ctx, turn, started, session.ModelOutcome{}, err)
 		return session.CompactionOutcome{}, err
 	}
-	out, err := compactor.SummarizeContext(ctx, turn)
+	out, err := compactor.SummarizeContext(tracing.ContextWithParent(ctx, turn.TraceContext), turn)
 	a.record(ctx, call, out.Usage, session.CallMetadata{})
 	out.Attempt = turn.Attempt
+	a.chatSpan(ctx, turn, started, session.ModelOutcome{Usage: out.Usage}, err)
 	return out, modelFailure(err)
 }
 
@@ -156,7 +197,9 @@ func (a *Activities) CallSingleAttemptTool(ctx context.Context, in ToolStepInput
 	return a.callTool(ctx, in)
 }
 
-func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
+func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (out session.ToolOutcome, err error) {
+	ctx, span := a.toolSpan(ctx, in)
+	defer func() { span.End(out, err) }()
 	info := activity.GetInfo(ctx)
 	if !activity.HasHeartbeatDetails(ctx) && in.Call.InputQuestions == 0 {
 		// The tool has not started in any attempt: a steer or cancel_turn
@@ -176,7 +219,7 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (session.To
 	}))
 	exec, stop := a.execution(ctx, in)
 	defer stop()
-	out, err := a.Runner.ExecuteToolCall(ctx, exec)
+	out, err = a.Runner.ExecuteToolCall(ctx, exec)
 	if err == nil && out.Kind == session.ToolResultTaskStarted {
 		if _, polls := a.Runner.(session.TaskRunner); !polls {
 			return session.MissingPollerOutcome(in.Call), nil
@@ -226,15 +269,26 @@ func (a *Activities) execution(ctx context.Context, in ToolStepInput) (session.T
 	}, stop
 }
 
+// toolSpan starts a tool Step attempt's execute_tool span, parented from
+// the call's record; the span is current while the tool runs.
+func (a *Activities) toolSpan(ctx context.Context, in ToolStepInput) (context.Context, *tracing.ToolSpan) {
+	return a.Tracer.StartTool(ctx, tracing.ToolCall{
+		Step: stepAttempt(ctx, in.TurnID), Parent: in.Call.TraceContext,
+		ID: in.Call.ID, Name: in.Call.Name, Effect: string(in.Call.Effect), Arguments: in.Call.Arguments,
+	})
+}
+
 // PollToolTask polls a call's task once.
-func (a *Activities) PollToolTask(ctx context.Context, in ToolStepInput) (session.ToolOutcome, error) {
+func (a *Activities) PollToolTask(ctx context.Context, in ToolStepInput) (out session.ToolOutcome, err error) {
+	ctx, span := a.toolSpan(ctx, in)
+	defer func() { span.End(out, err) }()
 	poller, ok := a.Runner.(session.TaskRunner)
 	if !ok {
 		return session.ToolOutcome{}, temporal.NewNonRetryableApplicationError(contract.MissingTaskPollerText(in.Call.Name), "stepwise.MissingTaskPoller", nil)
 	}
 	exec, stop := a.execution(ctx, in)
 	defer stop()
-	out, err := poller.PollToolTask(ctx, exec)
+	out, err = poller.PollToolTask(ctx, exec)
 	if err != nil {
 		return out, err
 	}

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 )
 
 // EventSink receives session events. Workflow code writes only while it is
@@ -44,6 +45,17 @@ type Flow struct {
 	// next, so a test can hold what sessions do against the published Flow
 	// graph. It is called again when a worker replays a session.
 	Trace StepTrace
+	// Tracer, when set, derives each activation's trace context and emits
+	// its root span; nil stores no trace context.
+	Tracer ActivationTracer
+}
+
+// ActivationTracer derives an activation root's trace context from the
+// session alone, so a replaying worker stores the same value, and emits
+// the root, which the workflow does only while not replaying.
+type ActivationTracer interface {
+	RootContext(a tracing.Activation) string
+	EmitRoot(a tracing.Activation)
 }
 
 // StepTrace is told that a session moved from one Step to the next: along
@@ -137,7 +149,9 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 			return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
 		}
 		if events := r.s.Start(in.Start); len(events) > 0 {
-			r.emit(waitStepID(session.StepStartAgentSession, r.s.Turn.ID, ""), events)
+			stepID := waitStepID(session.StepStartAgentSession, r.s.Turn.ID, "")
+			r.emit(stepID, events)
+			r.activateTurn(session.StepStartAgentSession, stepID)
 		}
 	}
 	for {
@@ -158,7 +172,9 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 				return r.continueAsNew(workflow.ContinueAsNewVersioningBehaviorUnspecified)
 			}
 			events := r.s.BeginTurn()
-			r.emit(waitStepID(session.StepAwaitUserMessage, r.s.Turn.ID, ""), events)
+			stepID := waitStepID(session.StepAwaitUserMessage, r.s.Turn.ID, "")
+			r.emit(stepID, events)
+			r.activateTurn(session.StepAwaitUserMessage, stepID)
 		}
 		if err := r.runTurn(); err != nil {
 			return err
@@ -286,7 +302,13 @@ func (r *run) register() error {
 				if err != nil {
 					return false, rejected(err)
 				}
-				r.emit(waitStepID(step, in.TurnID, in.ToolCallID), events)
+				stepID := waitStepID(step, in.TurnID, in.ToolCallID)
+				r.emit(stepID, events)
+				a := tracing.Activation{Trigger: tracing.TriggerInterruptResolution, InterruptID: in.ID}
+				if in.Kind == session.InterruptApproval {
+					a.Approved = &req.Approved
+				}
+				r.activate(a, step, stepID, in.ToolCallID)
 				return true, nil
 			}),
 			validateOnce(s, func(ctx workflow.Context, req session.ResolveRequest) error {
@@ -299,7 +321,10 @@ func (r *run) register() error {
 				if err != nil {
 					return false, rejected(err)
 				}
-				r.emit(waitStepID(session.StepAwaitQuestionAnswer, in.TurnID, in.ToolCallID), events)
+				stepID := waitStepID(session.StepAwaitQuestionAnswer, in.TurnID, in.ToolCallID)
+				r.emit(stepID, events)
+				r.activate(tracing.Activation{Trigger: tracing.TriggerInterruptResolution, InterruptID: in.ID},
+					session.StepAwaitQuestionAnswer, stepID, in.ToolCallID)
 				return true, nil
 			}),
 			validateOnce(s, func(ctx workflow.Context, req session.AnswerRequest) error {
@@ -521,7 +546,12 @@ func (r *run) applyTurnControl(kind session.TransitionKind) {
 	r.move(turnTrack, session.StepApplyTurnControl, kind)
 	turnID := r.activeTurnID()
 	events := r.s.ApplyTurnControl()
-	r.emit(waitStepID(session.StepApplyTurnControl, turnID, ""), events)
+	stepID := waitStepID(session.StepApplyTurnControl, turnID, "")
+	r.emit(stepID, events)
+	if next := r.activeTurnID(); next != "" && next != turnID {
+		// The steered messages started the next turn.
+		r.activateTurn(session.StepApplyTurnControl, stepID)
+	}
 }
 
 func (r *run) activeTurnID() string {
@@ -603,7 +633,11 @@ func (r *run) awaitInterrupt(ctx workflow.Context, rec *session.ToolCallRecord) 
 				return err
 			}
 		}
-		r.emit(waitStepID(step, r.s.Turn.ID, rec.ID), r.s.ExpireInterrupt(in.ID, workflow.Now(ctx)))
+		stepID := waitStepID(step, r.s.Turn.ID, rec.ID)
+		if events := r.s.ExpireInterrupt(in.ID, workflow.Now(ctx)); len(events) > 0 {
+			r.emit(stepID, events)
+			r.activate(tracing.Activation{Trigger: tracing.TriggerInterruptDeadline, InterruptID: in.ID}, step, stepID, rec.ID)
+		}
 	}
 	return nil
 }
@@ -827,6 +861,40 @@ func waitStepID(step session.StepName, turnID, toolCallID string) string {
 		id += "/" + toolCallID
 	}
 	return id
+}
+
+// activateTurn begins the activation of a turn that just started: with
+// its user message, or with an approved plan.
+func (r *run) activateTurn(step session.StepName, stepID string) {
+	key, text := r.s.TurnInput()
+	a := tracing.Activation{Trigger: tracing.TriggerUserMessage, UserMessageKey: key, Input: text}
+	if r.s.Turn.Mode == session.ModeExecuting {
+		a = tracing.Activation{Trigger: tracing.TriggerPlanExecution, UserMessageKey: key}
+	}
+	r.activate(a, step, stepID, "")
+}
+
+// activate begins an activation in the Step that consumed its input: it
+// numbers it, stores its root's trace context in the Step's commit, and
+// emits the root unless the workflow is replaying it. toolCallID names the
+// call whose interrupt it resolved.
+func (r *run) activate(a tracing.Activation, step session.StepName, stepID, toolCallID string) {
+	info := workflow.GetInfo(r.ctx)
+	a.Number = r.s.NextActivation()
+	a.FirstRunID = info.FirstRunID
+	a.Step = tracing.StepAttempt{
+		SessionID: r.s.SessionID, RunID: info.WorkflowExecution.RunID, StepType: string(step),
+		StepExecutionID: stepID, Attempt: 1, TurnID: r.activeTurnID(),
+	}
+	a.Start = workflow.Now(r.ctx)
+	traceparent := ""
+	if r.flow.Tracer != nil {
+		traceparent = r.flow.Tracer.RootContext(a)
+	}
+	a.Previous = r.s.TraceActivation(traceparent, toolCallID)
+	if traceparent != "" && !workflow.IsReplaying(r.ctx) {
+		r.flow.Tracer.EmitRoot(a)
+	}
 }
 
 // emit writes events unless the workflow is replaying them.

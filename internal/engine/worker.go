@@ -13,6 +13,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -46,6 +47,9 @@ type WorkerOptions struct {
 	// Every worker registers the spend counter, so a Budget always finds a
 	// worker for it.
 	Spend agent.SpendLimit
+	// Tracer, when set, traces the sessions: a trace per activation, with
+	// a span per model call and tool Step attempt.
+	Tracer *tracing.Tracer
 	// Options are passed to the SDK worker, for tuning beyond the above.
 	Options worker.Options
 }
@@ -89,6 +93,9 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	}
 	w := worker.New(c, o.TaskQueue, opts)
 	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, ImageStoreURI: o.ImageStoreURI, HistoryBudget: o.HistoryBudget}
+	if o.Tracer != nil {
+		flow.Tracer = o.Tracer
+	}
 	w.RegisterWorkflowWithOptions(flow.Run, register)
 	// The counter follows the deployment's current version, so it never
 	// holds an old version from draining.
@@ -97,7 +104,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 		counter.VersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
 	}
 	w.RegisterWorkflowWithOptions(SpendCounter, counter)
-	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events, Spend: o.Spend}
+	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events, Spend: o.Spend, Tracer: o.Tracer}
 	acts.Register(w)
 	return w
 }

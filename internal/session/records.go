@@ -110,6 +110,10 @@ type ToolCallRecord struct {
 	// TaskAbandoned is set when cancel_turn abandons the call's task: the
 	// session asks the tool to cancel it and records outcome_unknown.
 	TaskAbandoned bool `json:"taskAbandoned,omitempty"`
+	// TraceContext is the traceparent of the root of the activation that
+	// deferred the call, or that approved or answered it, which the call's
+	// tool spans are parented from.
+	TraceContext string `json:"traceContext,omitempty"`
 	// ResultStored is true once the call's result is a stored message.
 	ResultStored bool `json:"resultStored,omitempty"`
 }

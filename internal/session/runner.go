@@ -50,6 +50,9 @@ type TurnContext struct {
 	// SessionUsage is what the session's committed model calls used, for
 	// spend limits.
 	SessionUsage Usage `json:"sessionUsage"`
+	// TraceContext is the traceparent of the activation's root, which the
+	// attempt's chat span is parented from; empty when none was stored.
+	TraceContext string `json:"traceContext,omitempty"`
 	// Events writes the Step's events; set by the engine binding.
 	Events EventWriter `json:"-"`
 	// Heartbeat records liveness; set by the engine binding.

@@ -71,6 +71,11 @@ type State struct {
 	// it has none. Like PlanModeEnabled it is the worker's configuration,
 	// read by validators only.
 	ImageStoreURI string `json:"-"`
+	// Activations counts the activations the session began; TraceContext
+	// is the W3C traceparent of the newest one's root span, empty when its
+	// worker traced nothing.
+	Activations  int    `json:"activations,omitempty"`
+	TraceContext string `json:"traceContext,omitempty"`
 }
 
 // Rejection is the reason an RPC returns false. Nothing changed.
@@ -285,7 +290,7 @@ func (s *State) TurnContext(turnID string) (TurnContext, error) {
 		SessionID: s.SessionID, TurnID: turnID, Mode: s.Turn.Mode,
 		Messages: s.messagesAfterSummary(), ModelCalls: s.Turn.ModelCalls, RunState: s.Turn.RunState,
 		Settings: s.Turn.Settings, Plan: s.Plan, Summary: s.Summary, CompactThrough: s.Turn.CompactThrough,
-		SessionUsage: s.Usage,
+		SessionUsage: s.Usage, TraceContext: s.TraceContext,
 	}
 	for _, r := range s.Turn.ToolCalls {
 		tc.ToolCalls = append(tc.ToolCalls, *r)
@@ -386,7 +391,7 @@ func (s *State) deferToolCall(call DeferredToolCall, repeatedTodos bool, lastWri
 	r := &ToolCallRecord{
 		ID: call.ID, Name: call.Name, Arguments: call.Arguments, Order: len(turn.ToolCalls),
 		Effect: call.Policy.Effect, RequiresApproval: call.Policy.ApprovalRequired(),
-		SourceReference: call.SourceReference, StepLimit: call.StepLimit,
+		SourceReference: call.SourceReference, StepLimit: call.StepLimit, TraceContext: s.TraceContext,
 	}
 	if call.Ordered {
 		r.Ordered, r.AfterWrite = true, lastWrite

@@ -30,6 +30,7 @@ var notShown = []string{
 	"ToolCallRecord.TaskAnswer",
 	"ToolCallRecord.TaskAbandoned",
 	"ToolCallRecord.ResultStored",
+	"ToolCallRecord.TraceContext",
 	"OutputItem.Provider",
 	"OutputItem.API",
 	"OutputItem.Item",

@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -72,6 +73,10 @@ type Options struct {
 	// asked before each model call, after the Agent's configured budget
 	// when there is one, and told what the call used.
 	SpendLimit agent.SpendLimit
+	// SpanProcessors receive the sessions' spans besides the configured
+	// OTLP endpoint, such as an image's own exporter; with none and no
+	// endpoint, nothing is traced.
+	SpanProcessors []sdktrace.SpanProcessor
 	// StopTimeout bounds how long running Steps may finish after SIGTERM;
 	// zero uses 290 seconds, inside the Deployment's grace period.
 	StopTimeout time.Duration
@@ -366,6 +371,16 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	}
 	stepTimings := timings(cfg, def)
 	spendLimit := spendLimits(cfg, c, stepTimings, opts.SpendLimit)
+	tracer, err := newTracer(ctx, cfg, opts.SpanProcessors, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Spans of the Steps that finished while the worker stopped go out.
+		flushing, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = tracer.Shutdown(flushing)
+	}()
 	stopTimeout := opts.StopTimeout
 	if stopTimeout == 0 {
 		stopTimeout = DefaultStopTimeout
@@ -381,6 +396,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		Version:  workerVersion,
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
 		Runner: runner, Events: sinks, Timings: stepTimings, Spend: spendLimit, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
+		Tracer: tracer,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
 			Identity: rollout.WorkerIdentity(os.Getpid(), host, version.EngineVersion)},
 	})
