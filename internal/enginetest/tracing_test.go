@@ -103,8 +103,9 @@ func (b *syncBuffer) String() string {
 
 // tracedWorker runs the stock worker in this process with the stack's
 // configuration, a read tool that fails its first attempt, a write that
-// waits for approval, and the given span processors.
-func tracedWorker(t *testing.T, s *Stack, logs *syncBuffer, processors ...sdktrace.SpanProcessor) {
+// waits for approval, and the given span processors. It returns the span
+// each write saw as current, by idempotency key.
+func tracedWorker(t *testing.T, s *Stack, logs *syncBuffer, processors ...sdktrace.SpanProcessor) *sync.Map {
 	t.Helper()
 	var flakyAttempts sync.Map
 	flaky := agent.MustTool("flaky_read", "Fails its first attempt.", agent.EffectRead,
@@ -114,8 +115,12 @@ func tracedWorker(t *testing.T, s *Stack, logs *syncBuffer, processors ...sdktra
 			}
 			return "flaky_read done", nil
 		})
+	var current sync.Map
 	write := agent.MustTool("write_approved", "Writes after approval.", agent.EffectNonIdempotentWrite,
-		func(context.Context, agent.ToolContext, noteArgs) (string, error) { return "write_approved done", nil })
+		func(ctx context.Context, call agent.ToolContext, _ noteArgs) (string, error) {
+			current.Store(call.IdempotencyKey, trace.SpanContextFromContext(ctx))
+			return "write_approved done", nil
+		})
 	script := func(req agent.ModelRequest) (agent.ScriptedReply, error) {
 		texts := agent.UserTexts(req)
 		last := texts[len(texts)-1]
@@ -167,12 +172,13 @@ func tracedWorker(t *testing.T, s *Stack, logs *syncBuffer, processors ...sdktra
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
+	return &current
 }
 
 func TestAnApprovalSplitsTheTurnIntoLinkedTracesAndRetriesAreSiblingAttempts(t *testing.T) {
 	s := NewStack(t, "Traced")
 	spans := tracetest.NewInMemoryExporter()
-	tracedWorker(t, s, &syncBuffer{}, sdktrace.NewSimpleSpanProcessor(spans))
+	current := tracedWorker(t, s, &syncBuffer{}, sdktrace.NewSimpleSpanProcessor(spans))
 	sessions := client.New(s.Client, s.FlowType, "")
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: flaky_read, write_approved"); !ok || err != nil {
@@ -265,6 +271,11 @@ func TestAnApprovalSplitsTheTurnIntoLinkedTracesAndRetriesAreSiblingAttempts(t *
 	}
 	if spanAttr(writes[0], "stepwise.agent.tool.effect") != "non_idempotent_write" || spanAttr(writes[0], "gen_ai.tool.call.id") != "c2" {
 		t.Errorf("the write's span = %v", writes[0].Attributes)
+	}
+	// The tool ran with its span current, which MCP calls and HTTP
+	// clients propagate.
+	if sc, _ := current.Load("s1/turn-1/c2"); sc == nil || !sc.(trace.SpanContext).Equal(writes[0].SpanContext) {
+		t.Errorf("the write ran under span %v, want its execute_tool span %v", sc, writes[0].SpanContext)
 	}
 	for _, sp := range got {
 		if spanAttr(sp, "gen_ai.tool.call.arguments") != "" || spanAttr(sp, "gen_ai.input.messages") != "" {

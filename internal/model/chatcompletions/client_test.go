@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/model/modeltest"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -216,5 +217,23 @@ func TestEmptyAndRepeatedToolCallIDsAreMadeUsableTheSameWayOnEveryAttempt(t *tes
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("attempt %d: IDs = %v, want %v", attempt, got, want)
 		}
+	}
+}
+
+func TestARequestCarriesTheActivationsTraceContext(t *testing.T) {
+	s, c := newServer(t, sse([]string{chunk(`{"role":"assistant","content":"Hi"}`, "stop"), usageChunk}, true))
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	req := agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "Hi"}}}
+	if _, err := c.CallModel(tracing.ContextWithParent(context.Background(), traceparent), req, &deltas{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CallModel(context.Background(), req, &deltas{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Traceparent(0); got != traceparent {
+		t.Errorf("traceparent = %q, want %q", got, traceparent)
+	}
+	if got := s.Traceparent(1); got != "" {
+		t.Errorf("a call without a span sent traceparent %q", got)
 	}
 }

@@ -57,7 +57,7 @@ var _ agent.ModelClient = (*Client)(nil)
 
 // New returns a client with the SDK's own retries off.
 func New(cfg Config) *Client {
-	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey("")}
+	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(""), option.WithMiddleware(model.PropagateTraceContext)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/model/modeltest"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -216,5 +217,17 @@ func TestExtendedThinkingFollowsTheReasoningEffortAndRefusesAForcedToolChoice(t 
 	}
 	if choice, _ := json.Marshal(s.Body(1)["tool_choice"]); string(choice) != `{"type":"any"}` {
 		t.Errorf("tool_choice = %s, want any", choice)
+	}
+}
+
+func TestARequestCarriesTheActivationsTraceContext(t *testing.T) {
+	s, c := newServer(t, thinkingAndTool)
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	req := agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "Orders 7 and 8?"}}, Tools: []agent.ToolDefinition{lookupTool}}
+	if _, err := c.CallModel(tracing.ContextWithParent(context.Background(), traceparent), req, &deltas{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Traceparent(0); got != traceparent {
+		t.Errorf("traceparent = %q, want %q", got, traceparent)
 	}
 }

@@ -26,6 +26,7 @@ type Server struct {
 	mu        sync.Mutex
 	raw       []string
 	keys      []string
+	traces    []string
 	responses []Response
 }
 
@@ -41,6 +42,7 @@ func NewServer(t testing.TB, path string, responses ...Response) *Server {
 		s.mu.Lock()
 		s.raw = append(s.raw, string(body))
 		s.keys = append(s.keys, r.Header.Get("Authorization")+r.Header.Get("X-Api-Key"))
+		s.traces = append(s.traces, r.Header.Get("Traceparent"))
 		respond := s.responses[min(len(s.raw), len(s.responses))-1]
 		s.mu.Unlock()
 		respond(w)
@@ -48,6 +50,14 @@ func NewServer(t testing.TB, path string, responses ...Response) *Server {
 	t.Cleanup(ts.Close)
 	s.URL = ts.URL
 	return s
+}
+
+// Traceparent is request i's W3C traceparent header, empty when it had
+// none.
+func (s *Server) Traceparent(i int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.traces[i]
 }
 
 // Count is the number of requests so far.

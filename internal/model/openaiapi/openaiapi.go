@@ -16,7 +16,7 @@ import (
 // NewClient returns the SDK client for a configuration. Its own retries are
 // off: the RunModel Step's retry policy decides. The key is set per call.
 func NewClient(cfg model.Config) openai.Client {
-	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey("")}
+	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(""), option.WithMiddleware(model.PropagateTraceContext)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}

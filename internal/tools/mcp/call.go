@@ -14,8 +14,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -85,6 +87,12 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 	}
 	defer func() { _ = cs.Close() }()
 	params := &mcp.CallToolParams{Name: mcpName, Arguments: args, Meta: mcp.Meta{IdempotencyKeyMetaKey: call.IdempotencyKey}}
+	// The call's span is current: the server can join its trace.
+	traceContext := propagation.MapCarrier{}
+	tracing.Inject(ctx, traceContext)
+	for k, v := range traceContext {
+		params.Meta[k] = v
+	}
 	params.SetProgressToken(call.ToolCallID)
 	reqCtx, cancel := context.WithTimeout(ctx, orDuration(server.RequestTimeout, DefaultRequestTimeout))
 	defer cancel()

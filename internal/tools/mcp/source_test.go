@@ -14,6 +14,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -325,5 +326,25 @@ func TestACallPastItsRequestTimeoutIsInterrupted(t *testing.T) {
 	}
 	if calls := ledger.CallsOf("set_limit"); len(calls) != 1 {
 		t.Errorf("calls = %+v, want the one that was sent", calls)
+	}
+}
+
+func TestACallCarriesTheCurrentSpanInMeta(t *testing.T) {
+	src, ledger := ledgerSource(t, true)
+	tools := listed(t, src, agent.SourcePolicies{})
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	ctx := tracing.ContextWithParent(context.Background(), traceparent)
+	tc := agent.ToolContext{SessionID: "s1", TurnID: "turn-1", ToolCallID: "c2", IdempotencyKey: "s1/turn-1/c2", Attempt: 1, Events: &events{}}
+	if _, err := src.CallTool(ctx, tc, agent.SourceCall{Name: "ledger__quote", Reference: tools["ledger__quote"].Reference, Arguments: `{"note":"x"}`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.CallTool(context.Background(), tc, agent.SourceCall{Name: "ledger__audit", Reference: tools["ledger__audit"].Reference, Arguments: `{"note":"x"}`}); err != nil {
+		t.Fatal(err)
+	}
+	if calls := ledger.CallsOf("quote"); len(calls) != 1 || calls[0].Traceparent != traceparent {
+		t.Errorf("quote calls = %+v, want the traceparent %s in _meta", calls, traceparent)
+	}
+	if calls := ledger.CallsOf("audit"); len(calls) != 1 || calls[0].Traceparent != "" {
+		t.Errorf("audit calls = %+v, want no traceparent without a current span", calls)
 	}
 }

@@ -37,6 +37,8 @@ type Call struct {
 	// Applied is false for a call the fence answered with an earlier
 	// call's result.
 	Applied bool
+	// Traceparent is the W3C trace context the call carried in _meta.
+	Traceparent string
 }
 
 // Ledger is a payments ledger over Streamable HTTP. Its writes keep a
@@ -112,7 +114,7 @@ func (l *Ledger) Release(tool string) {
 // record logs a call and applies it through the fence: apply runs only for
 // a key never seen, and a repeated key gets the first result. A held call
 // waits after the write took effect, as a call whose answer is lost would.
-func (l *Ledger) record(ctx context.Context, tool, key string, apply func() string) (string, error) {
+func (l *Ledger) record(ctx context.Context, tool, key, traceparent string, apply func() string) (string, error) {
 	l.mu.Lock()
 	fenceKey := tool + "\x00" + key
 	result, seen := l.fence[fenceKey]
@@ -122,7 +124,7 @@ func (l *Ledger) record(ctx context.Context, tool, key string, apply func() stri
 			l.fence[fenceKey] = result
 		}
 	}
-	l.calls = append(l.calls, Call{Tool: tool, IdempotencyKey: key, Applied: !seen})
+	l.calls = append(l.calls, Call{Tool: tool, IdempotencyKey: key, Applied: !seen, Traceparent: traceparent})
 	hold, reached := l.holds[tool], l.reached[tool]
 	if reached != nil {
 		select {
@@ -158,7 +160,8 @@ func (l *Ledger) Server() *mcp.Server {
 	write := func(name string) mcp.ToolHandler {
 		return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			key, _ := req.Params.Meta[idempotencyKey].(string)
-			out, err := l.record(ctx, name, key, func() string { return name + " applied " + key })
+			traceparent, _ := req.Params.Meta["traceparent"].(string)
+			out, err := l.record(ctx, name, key, traceparent, func() string { return name + " applied " + key })
 			if err != nil {
 				return nil, err
 			}
