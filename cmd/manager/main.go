@@ -33,13 +33,14 @@ func main() {
 
 func run() error {
 	var (
-		metricsAddr, probeAddr string
-		leaderElect            bool
-		workerImage            string
-		mediaHostPathRoots     string
-		pollerQuietPeriod      time.Duration
-		versionedRollouts      bool
-		eventHubURL, hubKey    string
+		metricsAddr, probeAddr  string
+		leaderElect             bool
+		workerImage             string
+		mediaHostPathRoots      string
+		pollerQuietPeriod       time.Duration
+		versionedRollouts       bool
+		eventHubURL, hubKey     string
+		otlpEndpoint, otlpProto string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
@@ -61,6 +62,9 @@ func run() error {
 		"http://host:port of the event hub every Agent's workers publish session events to, for the gateway; empty keeps events in the workers.")
 	flag.StringVar(&hubKey, "event-hub-key-file", "",
 		"File holding the event hub's key; the operator derives each Agent's publish token from it. Required with --event-hub-url.")
+	flag.StringVar(&otlpEndpoint, "otlp-endpoint", "",
+		"http://host:port (https:// for TLS) of the OTLP receiver that workers of Agents without spec.tracing.endpoint export spans to; empty traces only Agents that name one.")
+	flag.StringVar(&otlpProto, "otlp-protocol", workerconfig.OTLPProtocolGRPC, "The OTLP protocol of --otlp-endpoint: grpc or http/protobuf.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -76,6 +80,12 @@ func run() error {
 	}
 	if defaults.EventHub, err = eventHub(eventHubURL, hubKey); err != nil {
 		return err
+	}
+	if otlpEndpoint != "" {
+		if err := workerconfig.CheckOTLPEndpoint(otlpEndpoint, otlpProto); err != nil {
+			return fmt.Errorf("--otlp-endpoint: %w", err)
+		}
+		defaults.Tracing = &render.TracingEndpoint{Endpoint: otlpEndpoint, Protocol: otlpProto}
 	}
 
 	scheme, err := controller.NewScheme()

@@ -36,6 +36,16 @@ var _ = Describe("API validation", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
 
+	It("accepts tracing to an OTLP/HTTP path with defaults filled", func() {
+		agent := agentFixture(ns, "traced", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "https://traces.example.com:443/otlp/v1/traces", Protocol: "http/protobuf"}
+		})
+		Expect(k8sClient.Create(suiteCtx, agent)).To(Succeed())
+		Expect(agent.Spec.Tracing.TracingEnabled()).To(BeTrue())
+		Expect(*agent.Spec.Tracing.SamplePercent).To(Equal(int32(100)))
+		Expect(agent.Spec.Tracing.SemanticConventions).To(Equal("1.42.0-dev"))
+	})
+
 	DescribeTable("refuses a bad Agent and names the field",
 		func(mutate agentOption, fragments ...string) {
 			expectRefused(agentFixture(ns, "bad", mutate), fragments...)
@@ -132,6 +142,24 @@ var _ = Describe("API validation", func() {
 		Entry("a session budget of no tokens", func(a *agentsv1.Agent) {
 			a.Spec.SpendLimit = &agentsv1.SpendLimitSpec{Session: &agentsv1.SessionBudget{Tokens: 0}}
 		}, "spec.spendLimit.session.tokens", "should be greater than or equal to 1"),
+		Entry("a tracing endpoint with credentials", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "http://user:secret@collector:4317"}
+		}, "spec.tracing.endpoint", "should match"),
+		Entry("a tracing endpoint that is not http", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "file:///var/run/otel.sock"}
+		}, "spec.tracing.endpoint", "should match"),
+		Entry("a gRPC tracing endpoint with a path", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "http://collector:4317/v1/traces"}
+		}, "spec.tracing.endpoint", "an endpoint may carry a path only with protocol http/protobuf"),
+		Entry("a sample percent over 100", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{SamplePercent: ptr.To(int32(101))}
+		}, "spec.tracing.samplePercent", "should be less than or equal to 100"),
+		Entry("unknown semantic conventions", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{SemanticConventions: "1.0.0"}
+		}, "spec.tracing.semanticConventions", "Unsupported value"),
+		Entry("a tracing header that is not a token", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{Headers: []agentsv1.HTTPHeader{{Name: "X Key", Value: ptr.To("v")}}}
+		}, "spec.tracing.headers[0].name", "should match"),
 		Entry("an engine address without a port", withEngine("temporal.example.com", "default"),
 			"spec.engine.address", "should match"),
 		Entry("an engine address with a gRPC scheme", withEngine("dns:temporal.example.com:7233", "default"),

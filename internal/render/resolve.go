@@ -39,6 +39,17 @@ type Defaults struct {
 	// EventHub is where every Agent's workers publish session events for
 	// the gateway; nil keeps events in the workers.
 	EventHub *EventHub
+	// Tracing is the OTLP receiver of Agents whose spec.tracing names
+	// none; nil traces only Agents that name one.
+	Tracing *TracingEndpoint
+}
+
+// TracingEndpoint is an OTLP receiver the workers export spans to.
+type TracingEndpoint struct {
+	// Endpoint is its URL, as workerconfig.CheckOTLPEndpoint accepts.
+	Endpoint string
+	// Protocol is grpc (empty) or http/protobuf.
+	Protocol string
 }
 
 // EventHub is the event hub workers publish to, and the keyring the
@@ -108,6 +119,9 @@ type Resolved struct {
 	SecretDigests []SecretKeyDigest
 	// EventHub is the operator's event hub, nil when it has none.
 	EventHub *EventHub
+	// Tracing is the operator's default OTLP receiver, nil when it has
+	// none.
+	Tracing *TracingEndpoint
 }
 
 // ResolvedToolSource is a ToolSource with its effective source name.
@@ -162,7 +176,7 @@ func EngineFor(agent *agentsv1.Agent, defaults Defaults) (engine agentsv1.Engine
 // and returns the builders' input, or the first reason the Agent cannot be
 // applied.
 func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Resolved, *Blocker) {
-	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent, MediaHostPathRoots: defaults.MediaHostPathRoots, EventHub: defaults.EventHub}}
+	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent, MediaHostPathRoots: defaults.MediaHostPathRoots, EventHub: defaults.EventHub, Tracing: defaults.Tracing}}
 	for _, check := range []func() *Blocker{
 		func() *Blocker { return r.engine(defaults) },
 		r.toolSources,
@@ -343,6 +357,14 @@ func AgentSecretUses(agent *agentsv1.Agent, engine *agentsv1.EngineSpec) []Secre
 		if engine.TLS != nil && engine.TLS.SecretRef != nil {
 			uses = append(uses, SecretUse{Field: field + ".tls.secretRef", Secret: engine.TLS.SecretRef.Name,
 				Optional: []string{TLSCAKey, TLSCertKey, TLSPrivateKeyKey}})
+		}
+	}
+	if t := spec.Tracing; t != nil {
+		for _, h := range t.Headers {
+			if h.ValueFrom != nil {
+				uses = append(uses, checkedKeyUse(fmt.Sprintf("spec.tracing.headers[%s].valueFrom.secretKeyRef", h.Name),
+					&h.ValueFrom.SecretKeyRef, workerconfig.HeaderValueProblem))
+			}
 		}
 	}
 	if spec.Workers != nil {

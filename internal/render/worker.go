@@ -395,6 +395,7 @@ func workerConfig(r *Resolved, envs secretEnvs) (workerconfig.Config, error) {
 	if cfg.SpendLimit, err = spendLimit(spec.SpendLimit); err != nil {
 		return workerconfig.Config{}, err
 	}
+	cfg.Tracing = tracing(spec.Tracing, r.Tracing, envs)
 	if tls := r.Engine.TLS; tls != nil {
 		cfg.Engine.TLS = &workerconfig.TLS{ServerName: tls.ServerName}
 		if r.EngineTLS.CA {
@@ -454,6 +455,33 @@ func model(m agentsv1.ModelSpec, envs secretEnvs) workerconfig.Model {
 		out.MaxOutputTokens = s.MaxOutputTokens
 		out.ReasoningEffort = string(s.ReasoningEffort)
 	}
+	return out
+}
+
+// tracing renders where the workers export spans: the Agent's endpoint,
+// or else the operator's default; nil traces nothing.
+func tracing(t *agentsv1.TracingSpec, fallback *TracingEndpoint, envs secretEnvs) *workerconfig.Tracing {
+	if !t.TracingEnabled() {
+		return nil
+	}
+	out := &workerconfig.Tracing{}
+	if t != nil && t.Endpoint != "" {
+		out.Endpoint, out.Protocol = t.Endpoint, t.Protocol
+	} else if fallback != nil {
+		out.Endpoint, out.Protocol = fallback.Endpoint, fallback.Protocol
+	} else {
+		return nil
+	}
+	if t == nil {
+		return out
+	}
+	for _, h := range t.Headers {
+		out.Headers = append(out.Headers, value(h.Name, h.Value, h.ValueFrom, envs))
+	}
+	out.SamplePercent = t.SamplePercent
+	out.AgentName = t.AgentName
+	out.CaptureMessageContent = t.CaptureMessageContent
+	out.SemanticConventions = t.SemanticConventions
 	return out
 }
 

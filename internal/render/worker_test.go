@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -522,5 +523,64 @@ func TestRenderEventHubToken(t *testing.T) {
 	}
 	if rekeyed.ConfigDigest == withHub.ConfigDigest {
 		t.Error("a new hub key did not change the digest, so workers would keep the old token")
+	}
+}
+
+func TestRenderTracingTakesTheAgentsEndpointOrTheOperatorsDefault(t *testing.T) {
+	fallback := &TracingEndpoint{Endpoint: "http://collector.observability:4317", Protocol: "grpc"}
+	token := agentsv1.HTTPHeader{Name: "X-Api-Key", ValueFrom: &agentsv1.SecretValueSource{SecretKeyRef: agentsv1.SecretKeyReference{Name: "otel", Key: "key"}}}
+	cases := []struct {
+		name     string
+		spec     *agentsv1.TracingSpec
+		fallback *TracingEndpoint
+		want     *workerconfig.Tracing
+	}{
+		{"nothing configured", nil, nil, nil},
+		{"the operator's default", nil, fallback, &workerconfig.Tracing{Endpoint: fallback.Endpoint, Protocol: "grpc"}},
+		{"the Agent's own endpoint wins", &agentsv1.TracingSpec{Endpoint: "https://traces.example.com/v1/traces", Protocol: "http/protobuf",
+			SamplePercent: new(int32(25)), AgentName: "Triage", CaptureMessageContent: true, SemanticConventions: "1.36.0"}, fallback,
+			&workerconfig.Tracing{Endpoint: "https://traces.example.com/v1/traces", Protocol: "http/protobuf",
+				SamplePercent: new(int32(25)), AgentName: "Triage", CaptureMessageContent: true, SemanticConventions: "1.36.0"}},
+		{"options on the default endpoint", &agentsv1.TracingSpec{Headers: []agentsv1.HTTPHeader{token}}, fallback,
+			&workerconfig.Tracing{Endpoint: fallback.Endpoint, Protocol: "grpc", Headers: []workerconfig.Value{{Name: "X-Api-Key",
+				FromEnv: &workerconfig.SecretEnv{Env: SecretEnvName("otel", "key"), Secret: "otel", Key: "key"}}}}},
+		{"options without any endpoint", &agentsv1.TracingSpec{AgentName: "Triage"}, nil, nil},
+		{"turned off for the Agent", &agentsv1.TracingSpec{Enabled: new(false), Endpoint: "http://c:4317"}, fallback, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			agent := testAgent(func(a *agentsv1.Agent) { a.Spec.Tracing = c.spec })
+			defaults := testDefaults
+			defaults.Tracing = c.fallback
+			resolved, blocker := Resolve(agent, observed(secret("otel", map[string]string{"key": "k-live"})), defaults)
+			if blocker != nil {
+				t.Fatalf("Resolve() blocked: %v", blocker)
+			}
+			w, err := Worker(resolved)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := workerconfig.Decode(w.ConfigDocument)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(cfg.Tracing, c.want) {
+				t.Errorf("tracing = %+v, want %+v", cfg.Tracing, c.want)
+			}
+			if strings.Contains(string(w.ConfigDocument), "k-live") {
+				t.Error("the config document holds the header's Secret value")
+			}
+		})
+	}
+}
+
+func TestATracingHeaderFromAMissingSecretKeyBlocksTheAgent(t *testing.T) {
+	agent := testAgent(func(a *agentsv1.Agent) {
+		a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "http://c:4317", Headers: []agentsv1.HTTPHeader{{Name: "X-Api-Key",
+			ValueFrom: &agentsv1.SecretValueSource{SecretKeyRef: agentsv1.SecretKeyReference{Name: "otel", Key: "key"}}}}}
+	})
+	_, blocker := Resolve(agent, observed(secret("otel", map[string]string{"other": "x"})), testDefaults)
+	if blocker == nil || !strings.Contains(blocker.Message, "spec.tracing.headers[X-Api-Key].valueFrom.secretKeyRef") {
+		t.Fatalf("blocker = %v, want one naming spec.tracing.headers[X-Api-Key]", blocker)
 	}
 }
