@@ -82,6 +82,12 @@ func (a *Activities) chatSpan(ctx context.Context, turn session.TurnContext, sta
 	if turn.CompactThrough > 0 {
 		c.LastInputKey = turn.CompactThrough
 	}
+	if err == nil && out.Kind != session.OutcomeCompactionNeeded {
+		// The commit stores the call's messages in order from here.
+		for i := range out.NewMessages {
+			c.OutputKeys = append(c.OutputKeys, turn.NextSequence+int64(i))
+		}
+	}
 	for _, tc := range out.ToolCalls {
 		c.RequestedToolCallIDs = append(c.RequestedToolCallIDs, tc.ID)
 	}

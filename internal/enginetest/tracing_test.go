@@ -244,6 +244,13 @@ func TestAnApprovalSplitsTheTurnIntoLinkedTracesAndRetriesAreSiblingAttempts(t *
 	if ids := spanAttr(chats[0], "stepwise.agent.requested_tool_call.ids"); ids != `["c1","c2"]` {
 		t.Errorf("the first chat requested %s, want [c1 c2]", ids)
 	}
+	for i, want := range []string{"[2]", "[5]", "[7]"} {
+		// Turn 1: the message, the calls' request, two results, the
+		// answer; turn 2: the message and the answer.
+		if got := spanAttr(chats[i], "stepwise.agent.output_messages.keys"); got != want {
+			t.Errorf("chat %d produced messages %s, want %s", i, got, want)
+		}
+	}
 	if chats[0].SpanKind != trace.SpanKindClient || spanAttr(chats[0], "gen_ai.request.model") != "scripted" || spanAttr(chats[0], "gen_ai.provider.name") == "" {
 		t.Errorf("the first chat span = %v %v", chats[0].SpanKind, chats[0].Attributes)
 	}

@@ -53,6 +53,9 @@ type TurnContext struct {
 	// TraceContext is the traceparent of the activation's root, which the
 	// attempt's chat span is parented from; empty when none was stored.
 	TraceContext string `json:"traceContext,omitempty"`
+	// NextSequence is the sequence the call's first new message is stored
+	// under, so its span can name the messages it produced.
+	NextSequence int64 `json:"nextSequence,omitempty"`
 	// Events writes the Step's events; set by the engine binding.
 	Events EventWriter `json:"-"`
 	// Heartbeat records liveness; set by the engine binding.

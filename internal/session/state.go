@@ -290,7 +290,7 @@ func (s *State) TurnContext(turnID string) (TurnContext, error) {
 		SessionID: s.SessionID, TurnID: turnID, Mode: s.Turn.Mode,
 		Messages: s.messagesAfterSummary(), ModelCalls: s.Turn.ModelCalls, RunState: s.Turn.RunState,
 		Settings: s.Turn.Settings, Plan: s.Plan, Summary: s.Summary, CompactThrough: s.Turn.CompactThrough,
-		SessionUsage: s.Usage, TraceContext: s.TraceContext,
+		SessionUsage: s.Usage, TraceContext: s.TraceContext, NextSequence: s.NextSequence,
 	}
 	for _, r := range s.Turn.ToolCalls {
 		tc.ToolCalls = append(tc.ToolCalls, *r)

@@ -115,6 +115,8 @@ type ChatCall struct {
 	// LastInputKey is the newest stored message the call received, or the
 	// last one a summary covers.
 	LastInputKey int64
+	// OutputKeys are the sequences the call's messages are stored under.
+	OutputKeys []int64
 	// RequestedToolCallIDs are the calls the model requested.
 	RequestedToolCallIDs []string
 	// Input and Output are the call's content, put on the span when
@@ -139,6 +141,9 @@ func (t *Tracer) Chat(c ChatCall) {
 		attrs := append(c.Step.attributes("chat"), t.metadataAttributes(c.Metadata, c.Usage)...)
 		if c.LastInputKey > 0 {
 			attrs = append(attrs, attribute.Int64("stepwise.agent.input_messages.last_key", c.LastInputKey))
+		}
+		if len(c.OutputKeys) > 0 {
+			attrs = append(attrs, attribute.Int64Slice("stepwise.agent.output_messages.keys", c.OutputKeys))
 		}
 		if len(c.RequestedToolCallIDs) > 0 {
 			attrs = append(attrs, attribute.StringSlice("stepwise.agent.requested_tool_call.ids", c.RequestedToolCallIDs))
