@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/media/mediatest"
 	"github.com/stepwise-run/stepwise/internal/testcluster"
@@ -57,6 +58,8 @@ func imagesOnTheCluster(t *testing.T) {
 	s3ForPods := "http://" + forwardToPods(t, gw.Endpoint)
 	ledger := mcptest.NewLedger(t)
 	ledgerForPods := "http://" + forwardToPods(t, ledger.URL)
+	traces := enginetest.StartOTLPReceiver(t)
+	tracesForPods := "http://" + forwardToPods(t, "http://"+traces.Address)
 	apply(t, fmt.Sprintf(`apiVersion: v1
 kind: Secret
 metadata:
@@ -102,11 +105,12 @@ spec:
   model: {provider: scripted, name: demo}
   toolSources: [{name: charts}]
   mediaStore: {name: viewer-media}
+  tracing: {endpoint: %s}
   workers:
     image: %s
     engineVersion: %s
     replicas: 1
-`, gw.AccessKeyID, gw.SecretAccessKey, s3ForPods, ledgerForPods, image("agent-worker"), engineVersionOf(t)))
+`, gw.AccessKeyID, gw.SecretAccessKey, s3ForPods, ledgerForPods, tracesForPods, image("agent-worker"), engineVersionOf(t)))
 	agent := waitAgent(t, "viewer", func(a *agentsv1.Agent) bool { return a.Status.ReadyReplicas == 1 })
 	workerPods(t, "viewer", 1)
 	var store agentsv1.MediaStore
@@ -183,6 +187,40 @@ spec:
 	}
 	if strings.Join(shown, " ") != "user:"+pngRef.SHA256+" tool:"+chartRef.SHA256 {
 		t.Errorf("the snapshot shows images %v", shown)
+	}
+	tracedOnPods(t, traces, ledger, id)
+}
+
+// tracedOnPods holds the spans the worker pod exported for a session: a
+// root per user message, and the MCP call's span, whose trace context the
+// MCP server received in _meta.
+func tracedOnPods(t *testing.T, traces *enginetest.OTLPReceiver, ledger *mcptest.Ledger, id string) {
+	t.Helper()
+	var roots, tools []enginetest.ReceivedSpan
+	waitFor(t, "the worker pod's spans of "+id, func() (bool, error) {
+		roots, tools = nil, nil
+		for _, sp := range traces.Spans() {
+			if sp.Attributes["session.id"] != id {
+				continue
+			}
+			switch sp.Name {
+			case "invoke_agent ViewerAgent":
+				roots = append(roots, sp)
+			case "execute_tool charts__gallery":
+				tools = append(tools, sp)
+			}
+		}
+		return len(roots) == 2 && len(tools) == 1, nil
+	})
+	if roots[1].Links == nil || roots[1].Links[0] != roots[0].TraceID+"/"+roots[0].SpanID {
+		t.Errorf("the second message's root links %v, want the first's", roots[1].Links)
+	}
+	if tools[0].TraceID != roots[1].TraceID || tools[0].ParentSpanID != roots[1].SpanID {
+		t.Errorf("the tool's span is in %s under %s, want the second message's root", tools[0].TraceID, tools[0].ParentSpanID)
+	}
+	calls := ledger.CallsOf("gallery")
+	if len(calls) != 1 || !strings.HasPrefix(calls[0].Traceparent, "00-"+tools[0].TraceID+"-"+tools[0].SpanID+"-") {
+		t.Errorf("the MCP server received %+v, want the tool span's trace context in _meta", calls)
 	}
 }
 

@@ -221,6 +221,10 @@ func (l *Ledger) Server() *mcp.Server {
 			Amount int `json:"amount"`
 		}
 		_ = json.Unmarshal(req.Params.Arguments, &args)
+		traceparent, _ := req.Params.Meta["traceparent"].(string)
+		l.mu.Lock()
+		l.calls = append(l.calls, Call{Tool: "gallery", Applied: true, Traceparent: traceparent})
+		l.mu.Unlock()
 		content := []mcp.Content{&mcp.TextContent{Text: "charts"}}
 		for i := range args.Amount {
 			content = append(content, &mcp.ImageContent{Data: mediatest.PNG(2, 2, byte(i)), MIMEType: "image/png"})
