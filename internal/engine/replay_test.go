@@ -5,13 +5,17 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	temporallog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 )
 
 // recordedFlowType is the Flow type of the recorded sessions.
@@ -38,7 +42,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 			moves := &moveTracer{}
 			// Plan mode is off, as after an Agent turned it off: a
 			// plan-mode message the session accepted still replays.
-			flow := &Flow{Timings: DefaultTimings(), Events: events, Trace: moves.trace, PlanMode: false}
+			spans := tracetest.NewInMemoryExporter()
+			tracer := tracing.New(tracing.Options{SampleRatio: 1, Processors: []sdktrace.SpanProcessor{sdktrace.NewSimpleSpanProcessor(spans)}})
+			roots := &countedRoots{Tracer: tracer}
+			flow := &Flow{Timings: DefaultTimings(), Events: events, Trace: moves.trace, PlanMode: false, Tracer: roots}
 			replayer.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: recordedFlowType})
 			// The spend counter's histories, among the sessions'.
 			replayer.RegisterWorkflowWithOptions(SpendCounter, workflow.RegisterOptions{Name: spend.CounterWorkflow})
@@ -51,8 +58,27 @@ func TestReplayRecordedHistories(t *testing.T) {
 			if len(events.events) != 0 {
 				t.Errorf("replay wrote %d events, first %s", len(events.events), events.events[0].Type)
 			}
+			// So are activation roots: their trace context is derived again,
+			// and nothing is exported twice.
+			if got := spans.GetSpans(); len(got) != 0 {
+				t.Errorf("replay emitted %d spans, first %s", len(got), got[0].Name)
+			}
+			if roots.derived == 0 && !strings.HasPrefix(filepath.Base(file), "spend-counter") {
+				t.Error("the replayed session began no activation")
+			}
 		})
 	}
+}
+
+// countedRoots counts the activation roots a replay derives.
+type countedRoots struct {
+	*tracing.Tracer
+	derived int
+}
+
+func (c *countedRoots) RootContext(a tracing.Activation) string {
+	c.derived++
+	return c.Tracer.RootContext(a)
 }
 
 // TestReplayCatchesANonDeterministicChange shows the replay test has teeth:
