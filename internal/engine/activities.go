@@ -55,7 +55,7 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 	started := time.Now()
 	call, err := a.admit(ctx, turn)
 	if err != nil {
-		a.chatSpan(ctx, turn, started, session.ModelOutcome{}, err)
+		a.chatSpan(ctx, turn, started, modelCall(turn, session.ModelOutcome{}, err))
 		return session.ModelOutcome{}, err
 	}
 	// The activation's root is current while the model call runs, so the
@@ -63,24 +63,25 @@ func (a *Activities) RunModel(ctx context.Context, in RunModelInput) (session.Mo
 	out, err := a.Runner.RunModelStep(tracing.ContextWithParent(ctx, turn.TraceContext), turn)
 	a.record(ctx, call, out.Usage, out.Metadata)
 	out.Attempt = turn.Attempt
-	a.chatSpan(ctx, turn, started, out, err)
+	a.chatSpan(ctx, turn, started, modelCall(turn, out, err))
 	return out, modelFailure(err)
 }
 
 // chatSpan emits a model call attempt's chat span as the attempt ends.
-func (a *Activities) chatSpan(ctx context.Context, turn session.TurnContext, started time.Time, out session.ModelOutcome, err error) {
+func (a *Activities) chatSpan(ctx context.Context, turn session.TurnContext, started time.Time, c tracing.ChatCall) {
 	if a.Tracer == nil {
 		return
 	}
-	c := tracing.ChatCall{
-		Step: stepAttempt(ctx, turn.TurnID), Parent: turn.TraceContext, Start: started, End: time.Now(),
-		Metadata: out.Metadata, Usage: out.Usage, Input: turn.Messages, Output: out.NewMessages, Err: err,
-	}
+	c.Step, c.Parent, c.Start, c.End = stepAttempt(ctx, turn.TurnID), turn.TraceContext, started, time.Now()
+	a.Tracer.Chat(c)
+}
+
+// modelCall describes a RunModel attempt for its span: what it received,
+// and the messages and calls its commit stores.
+func modelCall(turn session.TurnContext, out session.ModelOutcome, err error) tracing.ChatCall {
+	c := tracing.ChatCall{Metadata: out.Metadata, Usage: out.Usage, Input: turn.Messages, Output: out.NewMessages, Err: err}
 	if n := len(turn.Messages); n > 0 {
 		c.LastInputKey = turn.Messages[n-1].Sequence
-	}
-	if turn.CompactThrough > 0 {
-		c.LastInputKey = turn.CompactThrough
 	}
 	if err == nil && out.Kind != session.OutcomeCompactionNeeded {
 		// The commit stores the call's messages in order from here.
@@ -91,7 +92,22 @@ func (a *Activities) chatSpan(ctx context.Context, turn session.TurnContext, sta
 	for _, tc := range out.ToolCalls {
 		c.RequestedToolCallIDs = append(c.RequestedToolCallIDs, tc.ID)
 	}
-	a.Tracer.Chat(c)
+	return c
+}
+
+// summaryCall describes a CompactContext attempt for its span: the
+// messages it summarized and the summary.
+func summaryCall(turn session.TurnContext, out session.CompactionOutcome, err error) tracing.ChatCall {
+	c := tracing.ChatCall{Usage: out.Usage, LastInputKey: turn.CompactThrough, Err: err}
+	for _, m := range turn.Messages {
+		if m.Sequence <= turn.CompactThrough {
+			c.Input = append(c.Input, m)
+		}
+	}
+	if err == nil && out.Text != "" {
+		c.Output = []session.Message{{Role: session.RoleAssistant, Text: out.Text}}
+	}
+	return c
 }
 
 // stepAttempt names the running activity attempt for its span.
@@ -131,13 +147,13 @@ func (a *Activities) CompactContext(ctx context.Context, in RunModelInput) (sess
 	started := time.Now()
 	call, err := a.admit(ctx, turn)
 	if err != nil {
-		a.chatSpan(ctx, turn, started, session.ModelOutcome{}, err)
+		a.chatSpan(ctx, turn, started, summaryCall(turn, session.CompactionOutcome{}, err))
 		return session.CompactionOutcome{}, err
 	}
 	out, err := compactor.SummarizeContext(tracing.ContextWithParent(ctx, turn.TraceContext), turn)
 	a.record(ctx, call, out.Usage, session.CallMetadata{})
 	out.Attempt = turn.Attempt
-	a.chatSpan(ctx, turn, started, session.ModelOutcome{Usage: out.Usage}, err)
+	a.chatSpan(ctx, turn, started, summaryCall(turn, out, err))
 	return out, modelFailure(err)
 }
 

@@ -25,6 +25,7 @@ func TestASessionCompactsAndTheModelSeesTheSummary(t *testing.T) {
 	})
 	h := newHarness(t, agent.Definition{Name: "t", Model: model,
 		Compaction: &agent.CompactionPolicy{ContextWindowTokens: 300, RetainedMessages: 10}})
+	spans := h.traced()
 	const turns = 60
 	for i := 2; i <= turns; i++ {
 		h.then(func() {
@@ -60,6 +61,29 @@ func TestASessionCompactsAndTheModelSeesTheSummary(t *testing.T) {
 	}
 	if summaries != len(started) || sawSummary == 0 {
 		t.Errorf("%d summary calls for %d compactions; %d model calls saw a summary", summaries, len(started), sawSummary)
+	}
+	// Each summary call is a chat span of its turn's activation, naming the
+	// last message it summarized and carrying the summary.
+	var roots, summarySpans int
+	for _, sp := range spans.GetSpans() {
+		attrs := map[string]string{}
+		for _, kv := range sp.Attributes {
+			attrs[string(kv.Key)] = kv.Value.String()
+		}
+		switch {
+		case sp.Name == "invoke_agent t":
+			roots++
+		case attrs["stepwise.step.type"] == string(session.StepCompactContext):
+			through := fmt.Sprint(payload(t, started[summarySpans])["through_sequence"])
+			if sp.Name != "chat" || attrs["stepwise.agent.input_messages.last_key"] != through ||
+				!strings.Contains(attrs["gen_ai.output.messages"], "SUMMARY of") || !sp.Parent.IsValid() {
+				t.Errorf("summary span %d: %s %v, want one through %s", summarySpans, sp.Name, attrs, through)
+			}
+			summarySpans++
+		}
+	}
+	if roots != turns || summarySpans != len(started) {
+		t.Errorf("%d activation roots for %d turns, %d summary spans for %d compactions", roots, turns, summarySpans, len(started))
 	}
 	page := h.messages(session.ListMessagesRequest{Limit: 200})
 	if page.DeletedBeforeSequence == 0 || len(page.Messages) < 10 || page.FirstSequence != page.DeletedBeforeSequence {

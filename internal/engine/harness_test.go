@@ -8,12 +8,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -27,6 +30,7 @@ type harness struct {
 	env    *testsuite.TestWorkflowEnvironment
 	events *recordedEvents
 	acts   *Activities
+	flow   *Flow
 	moves  *moveTracer
 	steps  []func()
 	gap    time.Duration
@@ -91,10 +95,21 @@ func newHarness(t *testing.T, def agent.Definition) *harness {
 	}
 	timings := DefaultTimings()
 	flow := &Flow{Events: h.events, Timings: timings, Trace: h.moves.trace}
+	h.flow = flow
 	h.env.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: testFlowType})
 	h.acts = &Activities{Runner: runner, State: envLoader{h.env}, Events: h.events}
 	h.acts.Register(h.env)
 	return h
+}
+
+// traced makes the session's Steps emit spans, with content, to the
+// returned exporter.
+func (h *harness) traced() *tracetest.InMemoryExporter {
+	spans := tracetest.NewInMemoryExporter()
+	tracer := tracing.New(tracing.Options{AgentName: "t", SampleRatio: 1, CaptureMessageContent: true,
+		Processors: []sdktrace.SpanProcessor{sdktrace.NewSimpleSpanProcessor(spans)}})
+	h.flow.Tracer, h.acts.Tracer = tracer, tracer
+	return spans
 }
 
 // slowFirstCall makes the first attempt of a model Step (RunModel or
