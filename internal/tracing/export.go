@@ -2,8 +2,11 @@ package tracing
 
 import (
 	"context"
+	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -46,4 +49,41 @@ func NewExporter(ctx context.Context, e Endpoint) (sdktrace.SpanExporter, error)
 		opts = append(opts, otlptracegrpc.WithHeaders(e.Headers))
 	}
 	return otlptracegrpc.New(ctx, opts...)
+}
+
+// LogFailures wraps an exporter so that a failed export is logged, as a
+// warning at most once a minute and at debug level between, instead of on
+// OpenTelemetry's global error handler: a receiver that is down is seen
+// in the worker's own log without flooding it. The spans of a failed
+// export are dropped; no Step waits for them.
+func LogFailures(exp sdktrace.SpanExporter, logger *slog.Logger) sdktrace.SpanExporter {
+	return &loggedExporter{SpanExporter: exp, logger: logger, now: time.Now}
+}
+
+type loggedExporter struct {
+	sdktrace.SpanExporter
+	logger *slog.Logger
+	now    func() time.Time
+	mu     sync.Mutex
+	warned time.Time
+}
+
+func (e *loggedExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err == nil {
+		return nil
+	}
+	e.mu.Lock()
+	now := e.now()
+	warn := e.warned.IsZero() || now.Sub(e.warned) >= time.Minute
+	if warn {
+		e.warned = now
+	}
+	e.mu.Unlock()
+	level := slog.LevelDebug
+	if warn {
+		level = slog.LevelWarn
+	}
+	e.logger.Log(ctx, level, "exporting spans failed; they are dropped and no Step is affected", "spans", len(spans), "error", err.Error())
+	return nil
 }

@@ -297,3 +297,29 @@ func TestTraceparentsRoundTripAndBadOnesAreInvalid(t *testing.T) {
 		t.Error("a bad traceparent changed the context")
 	}
 }
+
+// refusing fails every export.
+type refusing struct{ tracetest.InMemoryExporter }
+
+func (*refusing) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error {
+	return errors.New("connection refused")
+}
+
+func TestAFailedExportIsLoggedAsAWarningAtMostOnceAMinute(t *testing.T) {
+	var logs bytes.Buffer
+	exp := LogFailures(&refusing{}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))).(*loggedExporter)
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	exp.now = func() time.Time { return clock }
+	for _, step := range []time.Duration{0, 10 * time.Second, 30 * time.Second, time.Minute} {
+		clock = clock.Add(step)
+		if err := exp.ExportSpans(context.Background(), nil); err != nil {
+			t.Fatalf("the failure reached the span processor: %v", err)
+		}
+	}
+	if warns, debugs := strings.Count(logs.String(), "level=WARN"), strings.Count(logs.String(), "level=DEBUG"); warns != 2 || debugs != 2 {
+		t.Errorf("%d warnings and %d debug lines, want 2 and 2:\n%s", warns, debugs, logs.String())
+	}
+	if !strings.Contains(logs.String(), "connection refused") {
+		t.Errorf("the log does not say why:\n%s", logs.String())
+	}
+}

@@ -36,7 +36,7 @@ func newTracer(ctx context.Context, cfg workerconfig.Config, processors []sdktra
 		if err != nil {
 			return nil, fmt.Errorf("tracing: %w", err)
 		}
-		o.Processors = append(o.Processors, sdktrace.NewBatchSpanProcessor(exporter))
+		o.Processors = append(o.Processors, sdktrace.NewBatchSpanProcessor(tracing.LogFailures(exporter, o.Logger)))
 		if t.AgentName != "" {
 			o.AgentName = t.AgentName
 		}
