@@ -149,8 +149,13 @@ func (t *Tracing) problems() []string {
 		return nil
 	}
 	var problems []string
-	if err := CheckOTLPEndpoint(t.Endpoint, t.Protocol); err != nil {
-		problems = append(problems, "tracing.endpoint: "+err.Error())
+	switch t.Protocol {
+	case "", OTLPProtocolGRPC, OTLPProtocolHTTPProtobuf:
+		if err := CheckOTLPEndpoint(t.Endpoint, t.Protocol); err != nil {
+			problems = append(problems, "tracing.endpoint: "+err.Error())
+		}
+	default:
+		problems = append(problems, fmt.Sprintf("tracing.protocol %q is not %s or %s", t.Protocol, OTLPProtocolGRPC, OTLPProtocolHTTPProtobuf))
 	}
 	if p := t.SamplePercent; p != nil && (*p < 0 || *p > 100) {
 		problems = append(problems, fmt.Sprintf("tracing.samplePercent must be from 0 to 100, not %d", *p))

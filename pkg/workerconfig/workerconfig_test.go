@@ -61,6 +61,27 @@ func TestDecodeRefuses(t *testing.T) {
 		{name: "a model priced twice", mutate: func(c *Config) {
 			c.SpendLimit = &SpendLimit{Window: metav1.Duration{Duration: time.Hour}, Prices: []ModelPrice{{Model: "m"}, {Model: "m"}}}
 		}, want: "spendLimit.prices[1].model must name a model once"},
+		{name: "a tracing endpoint with credentials", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "http://user:pw@collector:4317"}
+		}, want: "tracing.endpoint: \"http://user:pw@collector:4317\" may not carry credentials"},
+		{name: "a tracing endpoint of another scheme", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "unix:///run/otel.sock"}
+		}, want: "tracing.endpoint: \"unix:///run/otel.sock\": the scheme must be http or https"},
+		{name: "a gRPC tracing endpoint with a path", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "http://collector:4317/v1/traces"}
+		}, want: "may carry a path only with protocol http/protobuf"},
+		{name: "an unknown OTLP protocol", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "http://collector:4317", Protocol: "http/json"}
+		}, want: `tracing.protocol "http/json" is not grpc or http/protobuf`},
+		{name: "a sample percent over 100", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "http://collector:4317", SamplePercent: new(int32(150))}
+		}, want: "tracing.samplePercent must be from 0 to 100, not 150"},
+		{name: "unknown semantic conventions", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "http://collector:4317", SemanticConventions: "2.0"}
+		}, want: `tracing.semanticConventions "2.0" is not 1.42.0-dev or 1.36.0`},
+		{name: "a tracing header value with a line break", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "http://collector:4317", Headers: []Value{{Name: "X-Key", Value: "a\r\nInjected: 1"}}}
+		}, want: "tracing.headers[X-Key]: the value"},
 		{name: "a repeated source name", mutate: func(c *Config) {
 			c.ToolSources = []ToolSource{{SourceName: "a", Stdio: &Stdio{Command: "x"}}, {SourceName: "a", Stdio: &Stdio{Command: "y"}}}
 		}, want: `toolSources[1].sourceName "a" repeats`},
