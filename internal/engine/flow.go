@@ -115,6 +115,9 @@ type run struct {
 	cancelModel workflow.CancelFunc
 	// input started the run; a new run gets it again, with the state.
 	input SessionInput
+	// activations counts the activations the run began, numbering their
+	// roots; replay counts them again in the same order.
+	activations int
 }
 
 // Run is the session workflow: StartAgentSession, then turns for as long as
@@ -880,8 +883,8 @@ func (r *run) activateTurn(step session.StepName, stepID string) {
 // call whose interrupt it resolved.
 func (r *run) activate(a tracing.Activation, step session.StepName, stepID, toolCallID string) {
 	info := workflow.GetInfo(r.ctx)
-	a.Number = r.s.NextActivation()
-	a.FirstRunID = info.FirstRunID
+	r.activations++
+	a.Number = r.activations
 	a.Step = tracing.StepAttempt{
 		SessionID: r.s.SessionID, RunID: info.WorkflowExecution.RunID, StepType: string(step),
 		StepExecutionID: stepID, Attempt: 1, TurnID: r.activeTurnID(),

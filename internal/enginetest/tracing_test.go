@@ -358,7 +358,7 @@ func TestAWorkerKilledMidCallExportsNoSpanForThatAttemptAndTheNextJoinsItsTrace(
 		t.Fatal(err)
 	}
 	root := tracing.ParseTraceparent(tracing.New(tracing.Options{SampleRatio: 1}).RootContext(tracing.Activation{
-		Step: tracing.StepAttempt{SessionID: "s1"}, FirstRunID: desc.RawResponse.GetWorkflowExecutionInfo().GetFirstRunId(), Number: 1,
+		Step: tracing.StepAttempt{SessionID: "s1", RunID: desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()}, Number: 1,
 	}))
 	if reads[0].TraceID != root.TraceID().String() || reads[0].ParentSpanID != root.SpanID().String() {
 		t.Errorf("attempt 2 is in trace %s under %s, want the activation root %s/%s", reads[0].TraceID, reads[0].ParentSpanID, root.TraceID(), root.SpanID())

@@ -71,10 +71,8 @@ type State struct {
 	// it has none. Like PlanModeEnabled it is the worker's configuration,
 	// read by validators only.
 	ImageStoreURI string `json:"-"`
-	// Activations counts the activations the session began; TraceContext
-	// is the W3C traceparent of the newest one's root span, empty when its
-	// worker traced nothing.
-	Activations  int    `json:"activations,omitempty"`
+	// TraceContext is the W3C traceparent of the newest activation's root
+	// span, empty when its worker traced nothing.
 	TraceContext string `json:"traceContext,omitempty"`
 }
 

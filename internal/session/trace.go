@@ -7,12 +7,6 @@ package session
 // session stores with the Step that started it, so the activation's later
 // Steps, on any worker, parent their spans from it.
 
-// NextActivation numbers the activation an outside input starts.
-func (s *State) NextActivation() int {
-	s.Activations++
-	return s.Activations
-}
-
 // TraceActivation stores the traceparent of the newest activation's root,
 // empty when the worker traced nothing, and returns the previous root's for
 // the new root's link. toolCallID, when set, names the call whose interrupt

@@ -28,10 +28,8 @@ const (
 // that consumed an input from outside the session. Each is one trace.
 type Activation struct {
 	Step StepAttempt
-	// FirstRunID is the first run of the session's run chain; with the
-	// session ID and Number it derives the root's IDs.
-	FirstRunID string
-	// Number counts the session's activations from 1.
+	// Number counts the activations of the session's run from 1; with the
+	// session and run IDs it derives the root's IDs.
 	Number  int
 	Trigger string
 	// UserMessageKey is the sequence of the user message that started it.
@@ -57,7 +55,7 @@ func (t *Tracer) RootContext(a Activation) string {
 	if t == nil {
 		return ""
 	}
-	tid, sid := rootIDs(a.Step.SessionID, a.FirstRunID, a.Number)
+	tid, sid := rootIDs(a.Step.SessionID, a.Step.RunID, a.Number)
 	var flags trace.TraceFlags
 	decision := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: tid})
 	if decision.Decision == sdktrace.RecordAndSample {
@@ -75,7 +73,7 @@ func (t *Tracer) EmitRoot(a Activation) {
 		return
 	}
 	t.guard("invoke_agent", func() {
-		tid, sid := rootIDs(a.Step.SessionID, a.FirstRunID, a.Number)
+		tid, sid := rootIDs(a.Step.SessionID, a.Step.RunID, a.Number)
 		ctx := context.WithValue(context.Background(), assignedIDsKey{}, assignedIDs{traceID: tid, spanID: sid})
 		attrs := append(a.Step.attributes("invoke_agent"),
 			attribute.String("gen_ai.agent.name", t.agentName),

@@ -195,11 +195,13 @@ func Inject(ctx context.Context, carrier propagation.TextMapCarrier) {
 }
 
 // rootIDs derives an activation root's trace and span IDs from the
-// session: the same session, run chain and activation number always give
-// the same IDs, and different ones practically never collide.
-func rootIDs(sessionID, firstRunID string, activation int) (trace.TraceID, trace.SpanID) {
+// session: the same session, run and activation number always give the
+// same IDs, and different ones practically never collide. A run numbers
+// its own activations, so a new run of the session, whichever worker
+// version wrote the state it carries, never repeats an earlier root.
+func rootIDs(sessionID, runID string, activation int) (trace.TraceID, trace.SpanID) {
 	h := sha256.New()
-	for _, part := range []string{"stepwise activation", sessionID, firstRunID, strconv.Itoa(activation)} {
+	for _, part := range []string{"stepwise activation", sessionID, runID, strconv.Itoa(activation)} {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])

@@ -40,8 +40,8 @@ func attr(s tracetest.SpanStub, key string) (string, bool) {
 
 func activation(n int) Activation {
 	return Activation{
-		Step:       StepAttempt{SessionID: "s1", RunID: "r2", StepType: "AwaitUserMessage", StepExecutionID: "AwaitUserMessage/turn-1", Attempt: 1, TurnID: "turn-1"},
-		FirstRunID: "r1", Number: n, Trigger: TriggerUserMessage, UserMessageKey: 4, Start: time.Now(), Input: "Where is order 7?",
+		Step:   StepAttempt{SessionID: "s1", RunID: "r2", StepType: "AwaitUserMessage", StepExecutionID: "AwaitUserMessage/turn-1", Attempt: 1, TurnID: "turn-1"},
+		Number: n, Trigger: TriggerUserMessage, UserMessageKey: 4, Start: time.Now(), Input: "Where is order 7?",
 	}
 }
 
@@ -59,8 +59,8 @@ func TestARootsContextIsDerivedFromTheSessionAlone(t *testing.T) {
 	for _, change := range []func(*Activation){
 		func(x *Activation) { x.Number = 2 },
 		func(x *Activation) { x.Step.SessionID = "s2" },
-		func(x *Activation) { x.FirstRunID = "r9" },
-		func(x *Activation) { x.Step.SessionID, x.FirstRunID = "s1r", "1" },
+		func(x *Activation) { x.Step.RunID = "r9" },
+		func(x *Activation) { x.Step.SessionID, x.Step.RunID = "s1r", "2" },
 	} {
 		x := activation(1)
 		change(&x)
