@@ -86,13 +86,7 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 		return agent.ToolOutput{}, err
 	}
 	defer func() { _ = cs.Close() }()
-	params := &mcp.CallToolParams{Name: mcpName, Arguments: args, Meta: mcp.Meta{IdempotencyKeyMetaKey: call.IdempotencyKey}}
-	// The call's span is current: the server can join its trace.
-	traceContext := propagation.MapCarrier{}
-	tracing.Inject(ctx, traceContext)
-	for k, v := range traceContext {
-		params.Meta[k] = v
-	}
+	params := &mcp.CallToolParams{Name: mcpName, Arguments: args, Meta: withTraceContext(ctx, mcp.Meta{IdempotencyKeyMetaKey: call.IdempotencyKey})}
 	params.SetProgressToken(call.ToolCallID)
 	reqCtx, cancel := context.WithTimeout(ctx, orDuration(server.RequestTimeout, DefaultRequestTimeout))
 	defer cancel()
@@ -372,4 +366,22 @@ func describeRequest(method, message string) string {
 		return "the list of roots"
 	}
 	return "a " + method + " request"
+}
+
+// withTraceContext adds the W3C trace context of ctx's current span, the
+// tool Step's, to a request's _meta, so a server that traces joins the
+// trace.
+func withTraceContext(ctx context.Context, meta mcp.Meta) mcp.Meta {
+	carrier := propagation.MapCarrier{}
+	tracing.Inject(ctx, carrier)
+	if len(carrier) == 0 {
+		return meta
+	}
+	if meta == nil {
+		meta = mcp.Meta{}
+	}
+	for k, v := range carrier {
+		meta[k] = v
+	}
+	return meta
 }

@@ -134,7 +134,7 @@ func taskClient(opts *mcp.ClientOptions) *mcp.Client {
 }
 
 func getTask(ctx context.Context, cs *mcp.ClientSession, id string) (*Task, error) {
-	res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, cs, "tasks/get", &taskParams{TaskID: id})
+	res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, cs, "tasks/get", &taskParams{ParamsBase: mcp.ParamsBase{Meta: withTraceContext(ctx, nil)}, TaskID: id})
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func (s *Source) CancelSourceTask(ctx context.Context, poll agent.TaskPoll, tool
 
 // cancelTask sends tasks/cancel; a JSON-RPC answer of any kind ends it.
 func cancelTask(ctx context.Context, cs *mcp.ClientSession, id string) error {
-	_, err := mcp.CallCustomMethod[*taskParams, *ackResult](ctx, cs, "tasks/cancel", &taskParams{TaskID: id})
+	_, err := mcp.CallCustomMethod[*taskParams, *ackResult](ctx, cs, "tasks/cancel", &taskParams{ParamsBase: mcp.ParamsBase{Meta: withTraceContext(ctx, nil)}, TaskID: id})
 	if err != nil && serverError(err) == nil {
 		return err
 	}

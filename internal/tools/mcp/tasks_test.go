@@ -16,6 +16,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
+	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -441,4 +442,23 @@ func countPrefix(lines []string, prefix string) int {
 		}
 	}
 	return n
+}
+
+func TestTaskRequestsCarryTheToolStepsTraceContext(t *testing.T) {
+	src, ts := taskSource(t, PollInSession)
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	ctx := tracing.ContextWithParent(context.Background(), traceparent)
+	poll, sc := taskCall(t, src, "jobs__slow_report", agent.EffectRead)
+	if _, err := src.PollSourceTask(ctx, poll, sc); err == nil {
+		t.Fatal("the slow report finished")
+	}
+	if err := src.CancelSourceTask(ctx, poll, sc); err != nil {
+		t.Fatal(err)
+	}
+	traced := ts.TraceContexts()
+	for _, want := range []string{"tasks/get " + traceparent, "tasks/cancel " + traceparent, "http " + traceparent} {
+		if !slices.Contains(traced, want) {
+			t.Errorf("the server saw %v, want %q among them", traced, want)
+		}
+	}
 }

@@ -12,6 +12,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/stepwise-run/stepwise/internal/tracing"
 )
 
 // stdioEnvironment are the worker's variables a stdio server inherits; the
@@ -84,6 +87,8 @@ func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for name, values := range t.headers {
 		req.Header[name] = values
 	}
+	// The request's context holds the tool Step's span while a call runs.
+	tracing.Inject(req.Context(), propagation.HeaderCarrier(req.Header))
 	req, err := taskHeaders(req)
 	if err != nil {
 		return nil, err

@@ -49,6 +49,9 @@ type TaskServer struct {
 	next   int
 	log    []string
 	pollMs int64
+	// traced lists the trace context requests carried: "<method>
+	// <traceparent>" from _meta, and "http <traceparent>" from headers.
+	traced []string
 }
 
 type task struct {
@@ -68,10 +71,39 @@ func NewTaskServer(t testing.TB) *TaskServer {
 	s := &TaskServer{tasks: map[string]*task{}, pollMs: 1500}
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.Server() },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
-	srv := httptest.NewServer(rewriteHandles(handler))
+	srv := httptest.NewServer(s.noteHeaders(rewriteHandles(handler)))
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s
+}
+
+// noteHeaders records the traceparent header of each request.
+func (s *TaskServer) noteHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tp := r.Header.Get("Traceparent"); tp != "" {
+			s.mu.Lock()
+			s.traced = append(s.traced, "http "+tp)
+			s.mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// noteMeta records the traceparent a request's _meta carried.
+func (s *TaskServer) noteMeta(method string, meta mcp.Meta) {
+	if tp, ok := meta["traceparent"].(string); ok {
+		s.mu.Lock()
+		s.traced = append(s.traced, method+" "+tp)
+		s.mu.Unlock()
+	}
+}
+
+// TraceContexts lists the trace contexts requests carried, in order:
+// "<method> <traceparent>" from _meta, "http <traceparent>" from headers.
+func (s *TaskServer) TraceContexts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.traced...)
 }
 
 // Log lists what the server was asked: "call <tool> <key>", "get <id>",
@@ -136,12 +168,14 @@ func (s *TaskServer) Server() *mcp.Server {
 	add("slow_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
 	add("sticky_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
 	_ = mcp.AddReceivingCustomMethod(srv, "tasks/get", func(_ context.Context, _ *mcp.ServerSession, p *taskRef) (*taskState, error) {
+		s.noteMeta("tasks/get", p.Meta)
 		return s.get(p.TaskID)
 	})
 	_ = mcp.AddReceivingCustomMethod(srv, "tasks/update", func(_ context.Context, _ *mcp.ServerSession, p *taskUpdate) (*ack, error) {
 		return s.update(p)
 	})
 	_ = mcp.AddReceivingCustomMethod(srv, "tasks/cancel", func(_ context.Context, _ *mcp.ServerSession, p *taskRef) (*ack, error) {
+		s.noteMeta("tasks/cancel", p.Meta)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.record("cancel %s", p.TaskID)
