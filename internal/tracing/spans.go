@@ -154,8 +154,15 @@ func (t *Tracer) Chat(c ChatCall) {
 				attrs = append(attrs, attribute.String("gen_ai.output.messages", messagesJSON(projectMessages(c.Output))))
 			}
 		}
+		kind := trace.SpanKindClient
+		if c.Usage.ModelCalls > 1 {
+			// A runner that made several calls in one attempt: each has its
+			// own span from the provider client's instrumentation, which
+			// counts their tokens.
+			kind = trace.SpanKindInternal
+		}
 		ctx := ContextWithParent(context.Background(), c.Parent)
-		_, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		_, span := t.tracer.Start(ctx, name, trace.WithSpanKind(kind),
 			trace.WithTimestamp(c.Start), trace.WithAttributes(attrs...))
 		failed(span, c.Err)
 		span.End(trace.WithTimestamp(spanTime(c.Start, c.End)))
@@ -180,7 +187,7 @@ func (t *Tracer) metadataAttributes(m session.CallMetadata, u session.Usage) []a
 	if len(m.FinishReasons) > 0 {
 		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", m.FinishReasons))
 	}
-	if u.InputTokens == 0 && u.OutputTokens == 0 {
+	if u.ModelCalls > 1 || (u.InputTokens == 0 && u.OutputTokens == 0) {
 		return attrs
 	}
 	attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", u.InputTokens),

@@ -323,3 +323,19 @@ func TestAFailedExportIsLoggedAsAWarningAtMostOnceAMinute(t *testing.T) {
 		t.Errorf("the log does not say why:\n%s", logs.String())
 	}
 }
+
+func TestAnAttemptOfSeveralModelCallsIsAnInternalSpanWithoutUsage(t *testing.T) {
+	tr, exp := recorded(Options{})
+	tr.Chat(ChatCall{Usage: session.Usage{ModelCalls: 3, InputTokens: 300, OutputTokens: 30}})
+	tr.Chat(ChatCall{Usage: session.Usage{ModelCalls: 1, InputTokens: 100, OutputTokens: 10}})
+	spans := exp.GetSpans()
+	if spans[0].SpanKind != trace.SpanKindInternal || spans[1].SpanKind != trace.SpanKindClient {
+		t.Errorf("kinds = %v and %v, want internal and client", spans[0].SpanKind, spans[1].SpanKind)
+	}
+	if _, ok := attr(spans[0], "gen_ai.usage.input_tokens"); ok {
+		t.Error("a summed usage is on the span of several calls")
+	}
+	if got, _ := attr(spans[1], "gen_ai.usage.input_tokens"); got != "100" {
+		t.Errorf("input tokens = %q", got)
+	}
+}
