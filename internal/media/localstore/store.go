@@ -192,8 +192,8 @@ func holds(images int, ref media.Reference, data []byte) (bool, error) {
 var errNotSame = errors.New("the image file has another size")
 
 // errChanged is an image file replaced between its status and its
-// opening, as when another writer of the same image renames its copy into
-// place.
+// opening, or after it, as when another writer of the same image renames
+// its copy into place.
 var errChanged = errors.New("the image file changed while it was opened")
 
 // readImage refuses anything but a regular file with one link before it
@@ -226,6 +226,10 @@ func readImage(images int, ref media.Reference) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("reading the image file's status: %w", err)
+	}
+	if st.Nlink == 0 {
+		// Replaced by a rename after it was opened.
+		return nil, errChanged
 	}
 	if err := checkImageFile(&st); err != nil {
 		return nil, err
@@ -318,6 +322,11 @@ func (s *Store) GetImage(_ context.Context, ref media.Reference) ([]byte, error)
 	}
 	defer closeFD(images)
 	data, err := readImage(images, ref)
+	for tries := 1; errors.Is(err, errChanged) && tries < 3; tries++ {
+		// Another writer of the same image renamed its copy into place
+		// while this read looked: the rename is whole, so read again.
+		data, err = readImage(images, ref)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return fail(errors.New("the image does not exist"))
 	}

@@ -252,3 +252,47 @@ func TestRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestReadersAndWritersOfOneNewImageAtOnceAllSucceed(t *testing.T) {
+	ctx := context.Background()
+	store, err := localstore.New(filepath.Join(t.TempDir(), "media"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 40 {
+		png := mediatest.PNG(3, 3, byte(round))
+		ref, err := media.BuildReference(png, store.StoreURI())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := range 8 {
+			wg.Go(func() {
+				if i%2 == 0 {
+					if _, err := store.PutImage(ctx, png); err != nil {
+						errs <- err
+					}
+					return
+				}
+				for range 20 {
+					data, err := store.GetImage(ctx, ref)
+					switch {
+					case err != nil && strings.Contains(err.Error(), "does not exist"):
+					case err != nil:
+						errs <- err
+						return
+					case !bytes.Equal(data, png):
+						errs <- errors.New("a reader got other bytes")
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("round %d: %v", round, err)
+		}
+	}
+}
