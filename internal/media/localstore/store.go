@@ -191,6 +191,10 @@ func holds(images int, ref media.Reference, data []byte) (bool, error) {
 // the reference's.
 var errNotSame = errors.New("the image file has another size")
 
+// maxReads bounds the reads of an image file that writers of the same
+// image keep replacing.
+const maxReads = 32
+
 // errChanged is an image file replaced between its status and its
 // opening, or after it, as when another writer of the same image renames
 // its copy into place.
@@ -208,6 +212,10 @@ func readImage(images int, ref media.Reference) ([]byte, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the image file's status: %w", err)
+	}
+	if before.Nlink == 0 {
+		// Replaced by a rename while its status was read.
+		return nil, errChanged
 	}
 	if err := checkImageFile(&before); err != nil {
 		return nil, err
@@ -322,9 +330,10 @@ func (s *Store) GetImage(_ context.Context, ref media.Reference) ([]byte, error)
 	}
 	defer closeFD(images)
 	data, err := readImage(images, ref)
-	for tries := 1; errors.Is(err, errChanged) && tries < 3; tries++ {
+	for tries := 1; errors.Is(err, errChanged) && tries < maxReads; tries++ {
 		// Another writer of the same image renamed its copy into place
-		// while this read looked: the rename is whole, so read again.
+		// while this read looked: the rename is whole, so read again. Each
+		// writer renames once, so the reads settle.
 		data, err = readImage(images, ref)
 	}
 	if errors.Is(err, os.ErrNotExist) {
