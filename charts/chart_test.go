@@ -516,6 +516,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
 		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",
 		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,/mnt/agents/media",
+		"--otlp-endpoint=http://otel-collector.observability:4317", "--otlp-protocol=grpc",
 		"--event-hub-url=https://event-hub.agents.example.com:9443", "--event-hub-key-file=/etc/stepwise/event-hub/key",
 		"--zap-log-level=2", "--zap-encoder=console",
 	}
