@@ -274,7 +274,7 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 	}
 	objs := parse(t, out)
 	want := []string{
-		"ClusterRole/stepwise-manager", "ClusterRoleBinding/stepwise-manager",
+		"ClusterRole/stepwise-manager", "ClusterRoleBinding/stepwise-manager", "ClusterRole/stepwise-metrics-reader",
 		"CustomResourceDefinition/agents.agents.stepwise.run", "CustomResourceDefinition/mediastores.agents.stepwise.run",
 		"CustomResourceDefinition/toolsources.agents.stepwise.run",
 		"ClusterRole/stepwise-gateway", "ClusterRoleBinding/stepwise-gateway",
@@ -328,7 +328,8 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		t.Errorf("imagePullPolicy = %q, want IfNotPresent", manager.ImagePullPolicy)
 	}
 	wantArgs := []string{
-		"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--poller-quiet-period=75s", "--versioned-rollouts=true",
+		"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--metrics-secure=true",
+		"--poller-quiet-period=75s", "--versioned-rollouts=true",
 		"--worker-image=" + defaultPrefix + "/agent-worker:" + version,
 		"--event-hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--event-hub-key-file=/etc/stepwise/event-hub/key",
 		"--zap-log-level=info", "--zap-encoder=json",
@@ -511,7 +512,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		t.Errorf("image = %q %s, want %q Always", manager.Image, manager.ImagePullPolicy, want)
 	}
 	wantArgs := []string{
-		"--leader-elect", "--health-probe-bind-address=:9091", "--metrics-bind-address=:9090", "--poller-quiet-period=2m", "--versioned-rollouts=false",
+		"--leader-elect", "--health-probe-bind-address=:9091", "--metrics-bind-address=:9090", "--metrics-secure=true", "--poller-quiet-period=2m", "--versioned-rollouts=false",
 		"--default-engine-address=temporal.example.com:7233", "--default-engine-namespace=agents.prod",
 		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
 		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",
@@ -787,7 +788,9 @@ func TestMonitorsScrapeTheOperatorAndTheWorkers(t *testing.T) {
 				MatchLabels map[string]string `json:"matchLabels"`
 			} `json:"selector"`
 			Endpoints []struct {
-				Port string `json:"port"`
+				Port            string `json:"port"`
+				Scheme          string `json:"scheme"`
+				BearerTokenFile string `json:"bearerTokenFile"`
 			} `json:"endpoints"`
 		} `json:"spec"`
 	}
@@ -801,6 +804,14 @@ func TestMonitorsScrapeTheOperatorAndTheWorkers(t *testing.T) {
 	}
 	if len(monitor.Spec.Endpoints) != 1 || monitor.Spec.Endpoints[0].Port != service.Spec.Ports[0].Name {
 		t.Errorf("the ServiceMonitor scrapes %+v; the Service's port is %s", monitor.Spec.Endpoints, service.Spec.Ports[0].Name)
+	}
+	// The operator's metrics are served over HTTPS to authorized tokens.
+	if e := monitor.Spec.Endpoints[0]; e.Scheme != "https" || e.BearerTokenFile == "" {
+		t.Errorf("the ServiceMonitor scrapes with scheme %q and token %q, want https with Prometheus's token", e.Scheme, e.BearerTokenFile)
+	}
+	reader := get[rbacv1.ClusterRole](t, objs, "ClusterRole/stepwise-all-metrics-reader")
+	if len(reader.Rules) != 1 || !slices.Equal(reader.Rules[0].NonResourceURLs, []string{"/metrics"}) || !slices.Equal(reader.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("the metrics reader role = %+v", reader.Rules)
 	}
 	// Off by default: a cluster without the Prometheus Operator's CRDs
 	// installs the chart as it is.

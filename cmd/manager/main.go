@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/stepwise-run/stepwise/internal/controller"
@@ -34,6 +35,7 @@ func main() {
 func run() error {
 	var (
 		metricsAddr, probeAddr  string
+		metricsSecure           bool
 		leaderElect             bool
 		workerImage             string
 		mediaHostPathRoots      string
@@ -43,6 +45,9 @@ func run() error {
 		otlpEndpoint, otlpProto string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS only to callers that Kubernetes authenticates (TokenReview) and authorizes for GET /metrics "+
+			"(SubjectAccessReview); false serves plain HTTP to anyone who reaches the port.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect one active operator among replicas.")
 	engineFlags := engineflags.Bind(flag.CommandLine)
@@ -99,7 +104,7 @@ func run() error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  controller.CacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                metricsOptions(metricsAddr, metricsSecure),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "operator.agents.stepwise.run",
@@ -150,4 +155,16 @@ func eventHub(url, keyFile string) (*render.EventHub, error) {
 		return nil, fmt.Errorf("--event-hub-key-file: %w", err)
 	}
 	return &render.EventHub{URL: url, Keys: keys}, nil
+}
+
+// metricsOptions serves the metrics, which name every Agent, to
+// authorized callers only unless told otherwise. Without a certificate
+// the server makes a self-signed one; scrapers skip its verification and
+// authenticate with their own token.
+func metricsOptions(address string, secure bool) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: address, SecureServing: secure}
+	if secure {
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return opts
 }

@@ -60,6 +60,10 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents/finalizers,verbs=update
+// The metrics endpoint asks the API server who a scraper is and whether it
+// may read /metrics.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=toolsources;mediastores,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -153,20 +154,39 @@ func scrapeOnPods(t *testing.T) {
 			workers = append(workers, fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, render.MetricsPort))
 		}
 	}
-	operator := []string{fmt.Sprintf("http://%s:8080/metrics", readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=operator"))}
+	operator := []string{fmt.Sprintf("https://%s:8080/metrics", readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=operator"))}
+	// The operator's metrics name every Agent: they are served only to a
+	// token the API server authorizes for GET /metrics.
+	apply(t, `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: metrics-scraper, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: metrics-scraper}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: stepwise-metrics-reader}
+subjects: [{kind: ServiceAccount, name: metrics-scraper, namespace: default}]
+`)
+	scraper := serviceAccountToken(t, "metrics-scraper")
+	for token, want := range map[string]int{"": http.StatusUnauthorized, serviceAccountToken(t, "session-reader"): http.StatusForbidden} {
+		if status := scrapeStatus(t, operator[0], token); status != want {
+			t.Errorf("a scrape of the operator with token %.8q answered %d, want %d", token, status, want)
+		}
+	}
 	for _, c := range []struct {
 		urls   []string
 		family string
 		labels map[string]string
+		token  string
 	}{
-		{workers, "stepwise_session_tool_calls_total", map[string]string{"effect": "non_idempotent_write", "status": "succeeded"}},
-		{workers, "temporal_activity_execution_latency_seconds", map[string]string{"activity_type": "RunModel"}},
-		{operator, "stepwise_agent_info", map[string]string{"namespace": "default", "agent": "support"}},
+		{workers, "stepwise_session_tool_calls_total", map[string]string{"effect": "non_idempotent_write", "status": "succeeded"}, ""},
+		{workers, "temporal_activity_execution_latency_seconds", map[string]string{"activity_type": "RunModel"}, ""},
+		{operator, "stepwise_agent_info", map[string]string{"namespace": "default", "agent": "support"}, scraper},
 	} {
 		waitFor(t, c.family+" in a scrape", func() (bool, error) {
 			var problems []string
 			for _, url := range c.urls {
-				ok, err := scrapeHas(url, c.family, c.labels)
+				ok, err := scrapeHas(url, c.token, c.family, c.labels)
 				if ok {
 					return true, nil
 				}
@@ -177,14 +197,46 @@ func scrapeOnPods(t *testing.T) {
 	}
 }
 
+// scraping is how Prometheus reaches the operator's self-signed metrics
+// endpoint: it skips verifying the certificate and proves who it is with
+// its token.
+var scraping = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the operator's certificate is self-signed
+}}
+
+// scrapeStatus is the status of one scrape with a bearer token, or none.
+func scrapeStatus(t *testing.T, url, token string) int {
+	t.Helper()
+	resp, err := scrape(url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+func scrape(url, token string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return scraping.Do(req)
+}
+
 // scrapeHas reports whether a scrape holds a sample of family with the
 // labels.
-func scrapeHas(url, family string, labels map[string]string) (bool, error) {
-	resp, err := http.Get(url)
+func scrapeHas(url, token, family string, labels map[string]string) (bool, error) {
+	resp, err := scrape(url, token)
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("the scrape answered %s", resp.Status)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
