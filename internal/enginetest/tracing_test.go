@@ -175,10 +175,11 @@ func tracedWorker(t *testing.T, s *Stack, logs *syncBuffer, processors ...sdktra
 	return &current
 }
 
-func TestAnApprovalSplitsTheTurnIntoLinkedTracesAndRetriesAreSiblingAttempts(t *testing.T) {
-	s := NewStack(t, "Traced")
-	spans := tracetest.NewInMemoryExporter()
-	current := tracedWorker(t, s, &syncBuffer{}, sdktrace.NewSimpleSpanProcessor(spans))
+// approvedTurn runs session s1's first turn on a traced worker: a read
+// that fails its first attempt and a write that waits for approval, which
+// it approves; it returns the approval it answered.
+func approvedTurn(t *testing.T, s *Stack) (*client.Sessions, client.Interrupt) {
+	t.Helper()
 	sessions := client.New(s.Client, s.FlowType, "")
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: flaky_read, write_approved"); !ok || err != nil {
@@ -191,6 +192,15 @@ func TestAnApprovalSplitsTheTurnIntoLinkedTracesAndRetriesAreSiblingAttempts(t *
 	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: flaky_read=flaky_read done; write_approved=write_approved done" {
 		t.Fatalf("answer = %q", answer)
 	}
+	return sessions, interrupt
+}
+
+func TestAnApprovalSplitsTheTurnIntoLinkedTracesAndRetriesAreSiblingAttempts(t *testing.T) {
+	s := NewStack(t, "Traced")
+	spans := tracetest.NewInMemoryExporter()
+	current := tracedWorker(t, s, &syncBuffer{}, sdktrace.NewSimpleSpanProcessor(spans))
+	sessions, interrupt := approvedTurn(t, s)
+	ctx := context.Background()
 	if ok, err := sessions.Send(ctx, "s1", "hello"); !ok || err != nil {
 		t.Fatalf("Send = %v, %v", ok, err)
 	}
@@ -300,18 +310,8 @@ func TestABrokenSpanProcessorOrExporterChangesNoStepOutcome(t *testing.T) {
 	failing := &failingExporter{}
 	logs := &syncBuffer{}
 	tracedWorker(t, s, logs, sdktrace.NewSimpleSpanProcessor(failing), broken)
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions, _ := approvedTurn(t, s)
 	ctx := context.Background()
-	if ok, err := sessions.Start(ctx, "s1", "tools: flaky_read, write_approved"); !ok || err != nil {
-		t.Fatalf("Start = %v, %v", ok, err)
-	}
-	interrupt := firstInterrupt(t, sessions, "s1")
-	if ok, err := sessions.Approve(ctx, "s1", interrupt.ID); !ok || err != nil {
-		t.Fatalf("Approve = %v, %v", ok, err)
-	}
-	if answer := lastAnswer(t, sessions, "s1", 1); answer != "results: flaky_read=flaky_read done; write_approved=write_approved done" {
-		t.Fatalf("answer = %q", answer)
-	}
 	snap, err := sessions.Snapshot(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)

@@ -125,14 +125,10 @@ func CheckOTLPEndpoint(raw, protocol string) error {
 	default:
 		return fmt.Errorf("protocol %q is not %s or %s", protocol, OTLPProtocolGRPC, OTLPProtocolHTTPProtobuf)
 	}
-	u, err := url.Parse(raw)
+	u, err := parseHTTPURL(raw)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q is not a URL", raw)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%q: the scheme must be http or https", raw)
-	case u.Hostname() == "":
-		return fmt.Errorf("%q has no host", raw)
+		return err
 	case u.User != nil:
 		return fmt.Errorf("%q may not carry credentials; send them as headers from a Secret", raw)
 	case u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
@@ -549,17 +545,27 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// CheckHubURL accepts an event hub's base URL: http or https, a host, and
-// nothing a request would carry elsewhere (credentials, a path, a query).
-func CheckHubURL(raw string) error {
+// parseHTTPURL parses an http or https URL with a host.
+func parseHTTPURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q is not a URL", raw)
+		return nil, fmt.Errorf("%q is not a URL", raw)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%q: the scheme must be http or https", raw)
-	case u.Host == "" || u.Hostname() == "":
-		return fmt.Errorf("%q has no host", raw)
+		return nil, fmt.Errorf("%q: the scheme must be http or https", raw)
+	case u.Hostname() == "":
+		return nil, fmt.Errorf("%q has no host", raw)
+	}
+	return u, nil
+}
+
+// CheckHubURL accepts an event hub's base URL: http or https, a host, and
+// nothing a request would carry elsewhere (credentials, a path, a query).
+func CheckHubURL(raw string) error {
+	u, err := parseHTTPURL(raw)
+	switch {
+	case err != nil:
+		return err
 	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
 		return fmt.Errorf("%q: only a scheme, host and port are allowed", raw)
 	}
