@@ -121,14 +121,6 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	return t.provider.Shutdown(ctx)
 }
 
-// ForceFlush exports what is buffered.
-func (t *Tracer) ForceFlush(ctx context.Context) error {
-	if t == nil {
-		return nil
-	}
-	return t.provider.ForceFlush(ctx)
-}
-
 // guard runs one tracing call. A panic in it, such as one from a span
 // processor, is logged and skips the span: the first in the process as a
 // warning with its stack, later ones at debug level.
