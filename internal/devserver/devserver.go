@@ -64,6 +64,18 @@ var defaults = map[string]string{
 	"history.persistenceMaxQPS":                      "45000",
 }
 
+// serverPorts is how many ports server.yaml.tmpl binds; the first is the
+// frontend's.
+const serverPorts = 9
+
+// portAttempts bounds how often Start picks new ports after another
+// process took one of them.
+const portAttempts = 5
+
+// errPortTaken marks a server that exited because a port it was given was
+// bound by someone else in the meantime.
+var errPortTaken = errors.New("a port was taken before the server bound it")
+
 //go:embed server.yaml.tmpl
 var configTemplate string
 
@@ -101,6 +113,11 @@ func (s *Server) Stop() error {
 // configuration, each as DynamicConfigFlag and "key=value"; they override
 // the defaults. Stop the server with its Stop.
 func Start(ctx context.Context, path string, extra ...string) (*Server, error) {
+	return startOn(ctx, path, freePorts, extra)
+}
+
+// startOn is Start with the ports chosen by choose, called once per try.
+func startOn(ctx context.Context, path string, choose func(n int) ([]int, error), extra []string) (*Server, error) {
 	settings, err := dynamicConfig(extra)
 	if err != nil {
 		return nil, err
@@ -109,7 +126,20 @@ func Start(ctx context.Context, path string, extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := start(ctx, path, dir, settings)
+	// The ports are free when chosen but not held until the server binds
+	// them, so another process can take one first: then the server exits
+	// at once, and a new set of ports is tried.
+	var s *Server
+	for attempt := 1; ; attempt++ {
+		var ports []int
+		if ports, err = choose(serverPorts); err != nil {
+			break
+		}
+		s, err = start(ctx, path, dir, settings, ports)
+		if !errors.Is(err, errPortTaken) || attempt == portAttempts {
+			break
+		}
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting the Temporal server %s: %w", path, err)
@@ -117,17 +147,13 @@ func Start(ctx context.Context, path string, extra ...string) (*Server, error) {
 	return s, nil
 }
 
-func start(ctx context.Context, path, dir string, settings map[string]string) (*Server, error) {
-	ports, err := freePorts(9)
-	if err != nil {
-		return nil, err
-	}
+func start(ctx context.Context, path, dir string, settings map[string]string, ports []int) (*Server, error) {
 	dynamicPath := filepath.Join(dir, "dynamic.yaml")
 	if err := os.WriteFile(dynamicPath, dynamicYAML(settings), 0o600); err != nil {
 		return nil, err
 	}
 	var config bytes.Buffer
-	err = template.Must(template.New("server").Parse(configTemplate)).Execute(&config, map[string]any{
+	err := template.Must(template.New("server").Parse(configTemplate)).Execute(&config, map[string]any{
 		"Ports": ports, "DynamicConfig": dynamicPath,
 	})
 	if err != nil {
@@ -156,6 +182,9 @@ func start(ctx context.Context, path, dir string, settings map[string]string) (*
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-s.done
 		log, _ := os.ReadFile(logFile.Name())
+		if bytes.Contains(log, []byte("address already in use")) {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
 		return nil, fmt.Errorf("%w; the server's log ends:\n%s", err, tail(log, 20))
 	}
 	return s, nil
