@@ -339,3 +339,18 @@ func TestAnAttemptOfSeveralModelCallsIsAnInternalSpanWithoutUsage(t *testing.T) 
 		t.Errorf("input tokens = %q", got)
 	}
 }
+
+func TestADroppedActivationDropsItsModelAndToolSpansToo(t *testing.T) {
+	tr, exp := recorded(Options{SampleRatio: 1})
+	tr.sampler = sdktrace.TraceIDRatioBased(0)
+	dropped := tr.RootContext(activation(1))
+	if sc := ParseTraceparent(dropped); !sc.IsValid() || sc.IsSampled() {
+		t.Fatalf("a dropped root stores %q, want a valid unsampled context", dropped)
+	}
+	tr.Chat(ChatCall{Parent: dropped})
+	_, span := tr.StartTool(context.Background(), ToolCall{Parent: dropped, Name: "lookup"})
+	span.End(session.ToolOutcome{Kind: session.ToolResultSucceeded}, nil)
+	if got := exp.GetSpans(); len(got) != 0 {
+		t.Errorf("%d spans of a dropped activation were exported, first %s", len(got), got[0].Name)
+	}
+}
