@@ -362,6 +362,7 @@ type LimitsSpec struct {
 // TracingSpec says where and how an Agent's sessions are traced.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.endpoint) || self.protocol == 'http/protobuf' || self.endpoint.matches('^https?://[^/]+/?$')",message="an endpoint may carry a path only with protocol http/protobuf",fieldPath=".endpoint"
+// +kubebuilder:validation:XValidation:rule="!has(self.caSecretRef) || (has(self.endpoint) && self.endpoint.startsWith('https://'))",message="a caSecretRef needs an https:// endpoint",fieldPath=".caSecretRef"
 type TracingSpec struct {
 	// Enabled false traces nothing for this Agent, even where the operator
 	// has a default endpoint.
@@ -382,6 +383,12 @@ type TracingSpec struct {
 	// +kubebuilder:default=grpc
 	// +kubebuilder:validation:Enum=grpc;http/protobuf
 	Protocol string `json:"protocol,omitempty"`
+
+	// CASecretRef names a Secret key holding the PEM certificates of the
+	// authorities that sign the https endpoint's certificate, for a
+	// receiver with a private CA; without it, the system's authorities.
+	// +optional
+	CASecretRef *SecretKeyReference `json:"caSecretRef,omitempty"`
 
 	// Headers are sent with every export, such as a tracing backend's API
 	// key from a Secret.

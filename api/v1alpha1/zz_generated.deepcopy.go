@@ -949,6 +949,11 @@ func (in *TracingSpec) DeepCopyInto(out *TracingSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.CASecretRef != nil {
+		in, out := &in.CASecretRef, &out.CASecretRef
+		*out = new(SecretKeyReference)
+		**out = **in
+	}
 	if in.Headers != nil {
 		in, out := &in.Headers, &out.Headers
 		*out = make([]HTTPHeader, len(*in))

@@ -151,6 +151,9 @@ var _ = Describe("API validation", func() {
 		Entry("a gRPC tracing endpoint with a path", func(a *agentsv1.Agent) {
 			a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "http://collector:4317/v1/traces"}
 		}, "spec.tracing.endpoint", "an endpoint may carry a path only with protocol http/protobuf"),
+		Entry("a tracing CA without an https endpoint", func(a *agentsv1.Agent) {
+			a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "http://collector:4317", CASecretRef: &agentsv1.SecretKeyReference{Name: "ca", Key: "ca.crt"}}
+		}, "spec.tracing.caSecretRef", "a caSecretRef needs an https:// endpoint"),
 		Entry("a sample percent over 100", func(a *agentsv1.Agent) {
 			a.Spec.Tracing = &agentsv1.TracingSpec{SamplePercent: ptr.To(int32(101))}
 		}, "spec.tracing.samplePercent", "should be less than or equal to 100"),

@@ -3,7 +3,10 @@ package enginetest
 import (
 	"context"
 	"encoding/hex"
+	"encoding/pem"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // OTLPReceiver is an OTLP/gRPC trace receiver built with the OTLP protocol
@@ -38,12 +42,30 @@ type ReceivedSpan struct {
 // StartOTLPReceiver listens on a free loopback port until the test ends.
 func StartOTLPReceiver(t testing.TB) *OTLPReceiver {
 	t.Helper()
+	return startOTLPReceiver(t)
+}
+
+// StartTLSOTLPReceiver listens with TLS, with a certificate for 127.0.0.1
+// that only the returned PEM CA certificate verifies.
+func StartTLSOTLPReceiver(t testing.TB) (r *OTLPReceiver, caPEM []byte) {
+	t.Helper()
+	// The test TLS server's certificate, valid for 127.0.0.1.
+	borrowed := httptest.NewUnstartedServer(http.NotFoundHandler())
+	borrowed.StartTLS()
+	cert := borrowed.TLS.Certificates[0]
+	caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: borrowed.Certificate().Raw})
+	borrowed.Close()
+	return startOTLPReceiver(t, grpc.Creds(credentials.NewServerTLSFromCert(&cert))), caPEM
+}
+
+func startOTLPReceiver(t testing.TB, opts ...grpc.ServerOption) *OTLPReceiver {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &OTLPReceiver{Address: l.Addr().String()}
-	server := grpc.NewServer()
+	server := grpc.NewServer(opts...)
 	coltracepb.RegisterTraceServiceServer(server, r)
 	go func() { _ = server.Serve(l) }()
 	t.Cleanup(server.Stop)

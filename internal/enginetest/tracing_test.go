@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -369,5 +371,46 @@ func TestAWorkerKilledMidCallExportsNoSpanForThatAttemptAndTheNextJoinsItsTrace(
 	if reads[0].Attributes["gen_ai.tool.call.id"] != "c1" || reads[0].Attributes["session.id"] != "s1" ||
 		reads[0].Attributes["stepwise.agent.tool_call.status"] != "succeeded" {
 		t.Errorf("attempt 2 attributes = %v", reads[0].Attributes)
+	}
+}
+
+func TestAnExporterTrustsTheConfiguredCAAndOnlyIt(t *testing.T) {
+	receiver, caPEM := StartTLSOTLPReceiver(t)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	export := func(caFile string) error {
+		exp, err := tracing.NewExporter(context.Background(), tracing.Endpoint{URL: "https://" + receiver.Address, CAFile: caFile})
+		if err != nil {
+			return err
+		}
+		tracer := tracing.New(tracing.Options{AgentName: "Tls", SampleRatio: 1, Processors: []sdktrace.SpanProcessor{sdktrace.NewSimpleSpanProcessor(exp)}})
+		tracer.EmitRoot(tracing.Activation{Step: tracing.StepAttempt{SessionID: "tls-" + filepath.Base(caFile)}, Number: 1, Start: time.Now()})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return exp.Shutdown(ctx)
+	}
+	if err := export(caFile); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, "the span over TLS", func() (bool, error) {
+		for _, sp := range receiver.Spans() {
+			if sp.Attributes["session.id"] == "tls-ca.crt" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	// The system's authorities do not know the receiver's certificate.
+	_ = export("")
+	for _, sp := range receiver.Spans() {
+		if sp.Attributes["session.id"] == "tls-." {
+			t.Error("a span reached the receiver without its CA")
+		}
+	}
+	if _, err := tracing.NewExporter(context.Background(), tracing.Endpoint{URL: "https://" + receiver.Address, CAFile: os.DevNull}); err == nil ||
+		!strings.Contains(err.Error(), "holds no PEM certificate") {
+		t.Errorf("an empty CA file gave %v", err)
 	}
 }

@@ -7,6 +7,7 @@ package render
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -304,6 +305,14 @@ func checkedKeyUse(field string, ref *agentsv1.SecretKeyReference, problem func(
 	return SecretUse{Field: field, Secret: ref.Name, Required: []string{ref.Key}, ValueProblem: problem}
 }
 
+// pemProblem says why a value holds no PEM certificate, or returns "".
+func pemProblem(v string) string {
+	if !x509.NewCertPool().AppendCertsFromPEM([]byte(v)) {
+		return "holds no PEM certificate"
+	}
+	return ""
+}
+
 // ToolSourceSecretUses lists the Secret keys a ToolSource takes values from.
 // fieldPrefix starts each field, such as `ToolSource "x" ` for an Agent's
 // messages.
@@ -360,6 +369,9 @@ func AgentSecretUses(agent *agentsv1.Agent, engine *agentsv1.EngineSpec) []Secre
 		}
 	}
 	if t := spec.Tracing; t != nil {
+		if ref := t.CASecretRef; ref != nil {
+			uses = append(uses, checkedKeyUse("spec.tracing.caSecretRef", ref, pemProblem))
+		}
 		for _, h := range t.Headers {
 			if h.ValueFrom != nil {
 				uses = append(uses, checkedKeyUse(fmt.Sprintf("spec.tracing.headers[%s].valueFrom.secretKeyRef", h.Name),

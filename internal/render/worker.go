@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -76,8 +77,11 @@ const (
 
 // Paths and ports inside a worker pod.
 const (
-	ConfigDir     = "/etc/stepwise/worker"
-	EngineTLSDir  = "/etc/stepwise/engine-tls"
+	ConfigDir    = "/etc/stepwise/worker"
+	EngineTLSDir = "/etc/stepwise/engine-tls"
+	// TracingCAFile is where a worker reads the CA certificates of the
+	// Agent's OTLP endpoint.
+	TracingCAFile = "/etc/stepwise/tracing-ca/ca.crt"
 	HealthPort    = 8080
 	healthAddress = ":8080"
 	// MetricsPort serves /metrics for Prometheus, apart from the probes.
@@ -478,11 +482,23 @@ func tracing(t *agentsv1.TracingSpec, fallback *TracingEndpoint, envs secretEnvs
 	for _, h := range t.Headers {
 		out.Headers = append(out.Headers, value(h.Name, h.Value, h.ValueFrom, envs))
 	}
+	if tracingCA(t) != nil {
+		out.CAFile = TracingCAFile
+	}
 	out.SamplePercent = t.SamplePercent
 	out.AgentName = t.AgentName
 	out.CaptureMessageContent = t.CaptureMessageContent
 	out.SemanticConventions = t.SemanticConventions
 	return out
+}
+
+// tracingCA is the Secret key of the CA certificates the workers trust
+// for the Agent's own https endpoint, when they export there.
+func tracingCA(t *agentsv1.TracingSpec) *agentsv1.SecretKeyReference {
+	if t == nil || !t.TracingEnabled() || t.Endpoint == "" {
+		return nil
+	}
+	return t.CASecretRef
 }
 
 // spendLimit renders the budget with costs in millionths, so the workers'
@@ -682,6 +698,12 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 	mounts := []*corev1ac.VolumeMountApplyConfiguration{
 		corev1ac.VolumeMount().WithName(configVolume).WithMountPath(ConfigDir).WithReadOnly(true),
 		corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
+	}
+	if ref := tracingCA(agent.Spec.Tracing); ref != nil {
+		volumes = append(volumes, corev1ac.Volume().WithName("tracing-ca").WithSecret(
+			corev1ac.SecretVolumeSource().WithSecretName(ref.Name).WithDefaultMode(0o440).
+				WithItems(corev1ac.KeyToPath().WithKey(ref.Key).WithPath(path.Base(TracingCAFile)))))
+		mounts = append(mounts, corev1ac.VolumeMount().WithName("tracing-ca").WithMountPath(path.Dir(TracingCAFile)).WithReadOnly(true))
 	}
 	if tls := r.Engine.TLS; tls != nil && tls.SecretRef != nil {
 		volumes = append(volumes, corev1ac.Volume().WithName("engine-tls").WithSecret(

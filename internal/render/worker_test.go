@@ -2,7 +2,10 @@ package render
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -582,5 +585,48 @@ func TestATracingHeaderFromAMissingSecretKeyBlocksTheAgent(t *testing.T) {
 	_, blocker := Resolve(agent, observed(secret("otel", map[string]string{"other": "x"})), testDefaults)
 	if blocker == nil || !strings.Contains(blocker.Message, "spec.tracing.headers[X-Api-Key].valueFrom.secretKeyRef") {
 		t.Fatalf("blocker = %v, want one naming spec.tracing.headers[X-Api-Key]", blocker)
+	}
+}
+
+// testCAPEM is a real CA certificate in PEM: the test TLS server's own.
+func testCAPEM(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+}
+
+func TestATracingCAIsMountedFromItsSecretAndMustBePEM(t *testing.T) {
+	agent := testAgent(func(a *agentsv1.Agent) {
+		a.Spec.Tracing = &agentsv1.TracingSpec{Endpoint: "https://collector.observability:4317",
+			CASecretRef: &agentsv1.SecretKeyReference{Name: "otel-ca", Key: "bundle.pem"}}
+	})
+	w := render(t, agent, observed(secret("otel-ca", map[string]string{"bundle.pem": testCAPEM(t)})))
+	cfg, err := workerconfig.Decode(w.ConfigDocument)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tracing == nil || cfg.Tracing.CAFile != TracingCAFile {
+		t.Fatalf("tracing = %+v, want the CA file %s", cfg.Tracing, TracingCAFile)
+	}
+	pod := w.Deployment.Spec.Template.Spec
+	var mounted bool
+	for _, v := range pod.Volumes {
+		if *v.Name == "tracing-ca" {
+			mounted = v.Secret != nil && *v.Secret.SecretName == "otel-ca" && len(v.Secret.Items) == 1 &&
+				*v.Secret.Items[0].Key == "bundle.pem" && *v.Secret.Items[0].Path == "ca.crt"
+		}
+	}
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if *m.Name == "tracing-ca" && (*m.MountPath != "/etc/stepwise/tracing-ca" || !*m.ReadOnly) {
+			mounted = false
+		}
+	}
+	if !mounted {
+		t.Errorf("the CA Secret's key is not mounted read-only as %s: %+v", TracingCAFile, pod.Volumes)
+	}
+	_, blocker := Resolve(agent, observed(secret("otel-ca", map[string]string{"bundle.pem": "not a certificate"})), testDefaults)
+	if blocker == nil || !strings.Contains(blocker.Message, "spec.tracing.caSecretRef") || !strings.Contains(blocker.Message, "holds no PEM certificate") {
+		t.Errorf("blocker = %v, want one naming spec.tracing.caSecretRef", blocker)
 	}
 }

@@ -2,8 +2,12 @@ package tracing
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -24,6 +29,9 @@ type Endpoint struct {
 	Protocol string
 	// Headers are sent with every export, such as a backend's API key.
 	Headers map[string]string
+	// CAFile, when set, holds the PEM certificates of the authorities
+	// that sign an https endpoint's certificate, instead of the system's.
+	CAFile string
 }
 
 // NewExporter returns an OTLP exporter for an endpoint. It connects lazily,
@@ -34,8 +42,23 @@ func NewExporter(ctx context.Context, e Endpoint) (sdktrace.SpanExporter, error)
 		return nil, err
 	}
 	u, _ := url.Parse(e.URL)
+	var tlsConfig *tls.Config
+	if e.CAFile != "" {
+		pem, err := os.ReadFile(e.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the endpoint's CA certificates: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", e.CAFile)
+		}
+		tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	if e.Protocol == workerconfig.OTLPProtocolHTTPProtobuf {
 		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(e.URL)}
+		if tlsConfig != nil {
+			opts = append(opts, otlptracehttp.WithTLSClientConfig(tlsConfig))
+		}
 		if strings.Trim(u.Path, "/") == "" {
 			opts = append(opts, otlptracehttp.WithURLPath("/v1/traces"))
 		}
@@ -45,6 +68,9 @@ func NewExporter(ctx context.Context, e Endpoint) (sdktrace.SpanExporter, error)
 		return otlptracehttp.New(ctx, opts...)
 	}
 	opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(e.URL)}
+	if tlsConfig != nil {
+		opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tlsConfig)))
+	}
 	if len(e.Headers) > 0 {
 		opts = append(opts, otlptracegrpc.WithHeaders(e.Headers))
 	}

@@ -32,7 +32,7 @@ func newTracer(ctx context.Context, cfg workerconfig.Config, processors []sdktra
 			}
 			headers[h.Name] = v
 		}
-		exporter, err := tracing.NewExporter(ctx, tracing.Endpoint{URL: t.Endpoint, Protocol: t.Protocol, Headers: headers})
+		exporter, err := tracing.NewExporter(ctx, tracing.Endpoint{URL: t.Endpoint, Protocol: t.Protocol, Headers: headers, CAFile: t.CAFile})
 		if err != nil {
 			return nil, fmt.Errorf("tracing: %w", err)
 		}

@@ -92,6 +92,9 @@ type Tracing struct {
 	Protocol string `json:"protocol,omitempty"`
 	// Headers are sent with every export, such as a backend's API key.
 	Headers []Value `json:"headers,omitempty"`
+	// CAFile holds the PEM certificates of the authorities that sign an
+	// https endpoint's certificate; empty trusts the system's.
+	CAFile string `json:"caFile,omitempty"`
 	// SamplePercent is the share of activations traced; nil traces all.
 	SamplePercent *int32 `json:"samplePercent,omitempty"`
 	// AgentName is gen_ai.agent.name; empty uses the Flow type.
@@ -152,6 +155,9 @@ func (t *Tracing) problems() []string {
 		}
 	default:
 		problems = append(problems, fmt.Sprintf("tracing.protocol %q is not %s or %s", t.Protocol, OTLPProtocolGRPC, OTLPProtocolHTTPProtobuf))
+	}
+	if t.CAFile != "" && !strings.HasPrefix(t.Endpoint, "https://") {
+		problems = append(problems, "tracing.caFile needs an https:// endpoint")
 	}
 	if p := t.SamplePercent; p != nil && (*p < 0 || *p > 100) {
 		problems = append(problems, fmt.Sprintf("tracing.samplePercent must be from 0 to 100, not %d", *p))

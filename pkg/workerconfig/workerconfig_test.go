@@ -73,6 +73,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{name: "an unknown OTLP protocol", mutate: func(c *Config) {
 			c.Tracing = &Tracing{Endpoint: "http://collector:4317", Protocol: "http/json"}
 		}, want: `tracing.protocol "http/json" is not grpc or http/protobuf`},
+		{name: "a tracing CA for a plain HTTP endpoint", mutate: func(c *Config) {
+			c.Tracing = &Tracing{Endpoint: "http://collector:4317", CAFile: "/etc/ca.crt"}
+		}, want: "tracing.caFile needs an https:// endpoint"},
 		{name: "a sample percent over 100", mutate: func(c *Config) {
 			c.Tracing = &Tracing{Endpoint: "http://collector:4317", SamplePercent: new(int32(150))}
 		}, want: "tracing.samplePercent must be from 0 to 100, not 150"},
