@@ -223,9 +223,11 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (out sessio
 	ctx, span := a.toolSpan(ctx, in)
 	defer func() { span.End(out, err) }()
 	info := activity.GetInfo(ctx)
-	if !activity.HasHeartbeatDetails(ctx) && in.Call.InputQuestions == 0 {
-		// The tool has not started in any attempt: a steer or cancel_turn
-		// that committed first keeps it from starting.
+	if !activity.HasHeartbeatDetails(ctx) {
+		// The tool has not started in any attempt of this Step: a steer or
+		// cancel_turn that committed first keeps it from starting, also
+		// when it would start again with its question's answer, since a
+		// tool asks only before it takes any effect.
 		reason, err := a.State.ToolCallControl(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.TurnID, in.Call.ID)
 		if err != nil {
 			return session.ToolOutcome{}, temporal.NewApplicationError(

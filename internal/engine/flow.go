@@ -73,7 +73,15 @@ const (
 	// Earlier runs wrote it at every Step change, a transient empty value
 	// included.
 	revisionSearchOncePerTask workflow.Version = 1
-	currentRevision                            = revisionSearchOncePerTask
+	// revisionControlEndsToolQuestions keeps a steered or cancelled turn
+	// from asking the user on a tool's behalf (engine 0.7.0): a question a
+	// tool asks once its turn was steered or cancelled rejects the call,
+	// which took no effect, and a call whose question was answered before
+	// the steer is rejected rather than run again. Earlier runs raised the
+	// question, so a cancelled turn could wait for a person, and scheduled
+	// the answered call's tool Step again.
+	revisionControlEndsToolQuestions workflow.Version = 2
+	currentRevision                                   = revisionControlEndsToolQuestions
 )
 
 // HistoryBudget bounds one workflow run of a session. A session that
@@ -672,8 +680,9 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	step := session.ToolStep(rec.Effect)
 	stepID := r.nextStepID(step, rec.ID)
 	r.move(rec.ID, step, session.TransitionNext)
-	if r.s.TurnControlRequested() && rec.InputQuestions == 0 {
-		// Steered or cancelled before the tool started: it never will.
+	if r.s.TurnControlRequested() && (rec.InputQuestions == 0 || r.revision >= revisionControlEndsToolQuestions) {
+		// Steered or cancelled before the tool started, or before it
+		// started again with its question's answer: it never will.
 		r.emit(stepID, r.s.SettleUnstarted(rec.ID))
 		return
 	}
@@ -687,6 +696,12 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 	}
 	switch {
 	case err == nil && out.Kind == session.ToolResultInputRequested && out.Question != nil:
+		if r.revision >= revisionControlEndsToolQuestions {
+			if events, settled := r.s.SettleLateQuestion(rec.ID); settled {
+				r.emit(stepID, events)
+				return
+			}
+		}
 		r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.Continuation, workflow.Now(ctx)))
 		return
 	case err == nil && out.Kind == session.ToolResultNotStarted:

@@ -3,9 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/mock"
 
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -163,6 +166,82 @@ func TestAModelErrorDecidesWhetherRunModelTriesAgain(t *testing.T) {
 			h.run("hi")
 			if model.calls != tc.calls {
 				t.Errorf("the model was called %d times, want %d", model.calls, tc.calls)
+			}
+		})
+	}
+}
+
+// A tool's answer that commits before a steer moves its call on, and the
+// tool Step then rejects the call instead of running the tool again: the
+// order is never placed after the user steered away from it.
+func TestAnAnsweredToolQuestionDoesNotRunTheToolAfterASteer(t *testing.T) {
+	var log callLog
+	h := newHarness(t, agent.Definition{Name: "t", Model: steerableModel(toolCall("c1", "order_item", sizeArgs{Item: "shirt"})),
+		Tools: []agent.Tool{sizeTool(&log)}})
+	h.then(func() {
+		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "M"}, true)
+		h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "no, a hat"}, true)
+	})
+	h.then(func() {
+		snap := h.snapshot()
+		if snap.State.TurnCount != 2 || snap.State.ActiveTurnID != "" || len(snap.PendingInterrupts) != 0 {
+			t.Fatalf("state = %+v, interrupts %v; want the steered turn's successor finished", snap.State, snap.PendingInterrupts)
+		}
+		if texts := transcript(snap); !slices.Contains(texts, "turn-1 tool: "+session.SteeredResultText) {
+			t.Errorf("messages = %q, want the order cancelled by the steer", texts)
+		}
+	})
+	h.run("order a shirt")
+	if log.count() != 1 {
+		t.Fatalf("the tool ran %d times, want once: it asked, and the steer came before it ran with the answer", log.count())
+	}
+	if got := h.finishedStatus("c1"); got != session.ToolCallRejected {
+		t.Errorf("c1 finished %s, want rejected", got)
+	}
+}
+
+// A tool that asks a question once its turn was steered or cancelled asks
+// nobody: it has taken no effect, so the call is rejected and the turn ends
+// at once, rather than a cancelled turn waiting for a person.
+func TestAToolQuestionAfterASteerOrCancelIsNotAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		control func(h *harness)
+		result  string
+		turns   int
+	}{
+		{"steered", func(h *harness) {
+			h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "no, a hat"}, true)
+		}, session.SteeredResultText, 2},
+		{"cancelled", func(h *harness) {
+			h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
+		}, session.CancelledResultText, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, agent.Definition{Name: "t", Model: steerableModel(toolCall("c1", "order_item", sizeArgs{Item: "shirt"})),
+				Tools: []agent.Tool{sizeTool(&callLog{})}})
+			// The tool Step started before the steer or cancel and returns
+			// its question two minutes later, after it.
+			h.env.OnActivity(string(session.StepCallSingleAttemptTool), mock.Anything, mock.Anything).
+				AfterFn(func() time.Duration { return 2 * time.Minute }).
+				Return(session.ToolOutcome{Kind: session.ToolResultInputRequested, Question: &session.Question{Text: "Which size?", Choices: []string{"S", "M"}}}, nil)
+			h.then(func() { tc.control(h) })
+			h.then(func() {}) // the question comes back
+			h.then(func() {
+				snap := h.snapshot()
+				if snap.State.ActiveTurnID != "" || snap.State.TurnCount != tc.turns || len(snap.PendingInterrupts) != 0 {
+					t.Fatalf("state = %+v, interrupts %v; want turn 1 ended and no question", snap.State, snap.PendingInterrupts)
+				}
+				if texts := transcript(snap); !slices.Contains(texts, "turn-1 tool: "+tc.result) {
+					t.Errorf("messages = %q, want %s", texts, tc.result)
+				}
+			})
+			h.run("order a shirt")
+			if got := h.finishedStatus("c1"); got != session.ToolCallRejected {
+				t.Errorf("c1 finished %s, want rejected", got)
+			}
+			if n := len(h.events.ofType(session.EventInterruptRaised)); n != 0 {
+				t.Errorf("%d interrupts raised, want none", n)
 			}
 		})
 	}

@@ -50,6 +50,43 @@ func TestASteerDuringAToolCallLetsTheToolFinishAndThenStartsTheSteeredTurn(t *te
 	}
 }
 
+// TestCancelTurnBeforeAToolAsksLeavesNobodyToAnswer cancels the turn while
+// a tool that is about to ask a question runs in the worker: the question
+// is asked of nobody, the call is rejected, and the turn ends rather than
+// wait for a person; the write never runs.
+func TestCancelTurnBeforeAToolAsksLeavesNobodyToAnswer(t *testing.T) {
+	s := NewStack(t, "CancelAsking")
+	sessions, _, gate := stopAtGate(t, s, "confirm_write")
+	ctx := context.Background()
+	if ok, err := sessions.CancelTurn(ctx, "s1", "turn-1"); !ok || err != nil {
+		t.Fatalf("CancelTurn = %v, %v", ok, err)
+	}
+	if err := gate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	var snap client.Snapshot
+	Eventually(t, waitLong, "turn 1 to end", func() (bool, error) {
+		var err error
+		snap, err = sessions.Snapshot(ctx, "s1")
+		return err == nil && snap.State != nil && snap.State.ActiveTurnID == "", err
+	})
+	if len(snap.PendingInterrupts) != 0 {
+		t.Errorf("interrupts = %+v, want the question asked of nobody", snap.PendingInterrupts)
+	}
+	var results []string
+	for _, m := range snap.Messages {
+		if m.Role == "tool" {
+			results = append(results, m.Text)
+		}
+	}
+	if len(results) != 1 || results[0] != `{"status":"cancelled","reason":"turn_cancelled_by_user"}` {
+		t.Errorf("tool results = %q, want confirm_write cancelled by the user", results)
+	}
+	if calls := callsOf(s, "confirm_write"); len(calls) != 0 {
+		t.Errorf("confirm_write wrote %d times after the cancel", len(calls))
+	}
+}
+
 // TestCancelTurnDuringAModelCallDropsItsAnswer cancels while the model call
 // is held in the worker: the turn ends at once, and the answer that comes
 // later is never stored.

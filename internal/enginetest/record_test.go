@@ -162,11 +162,27 @@ func TestRecordHistories(t *testing.T) {
 	must(sessions.Send(ctx, "images", "tools: screenshot"))
 	lastAnswer(t, sessions, "images", 2)
 
+	// Since 0.7.0: a tool that asks its question after a steer asks
+	// nobody; the call is rejected and the steered text starts turn 2.
+	confirmGate := s.Gate("confirm_write")
+	if err := confirmGate.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	must(sessions.Start(ctx, "late-question", "tools: confirm_write"))
+	if err := confirmGate.WaitReached(waitLong); err != nil {
+		t.Fatal(err)
+	}
+	must(sessions.Steer(ctx, "late-question", "no, leave it"))
+	if err := confirmGate.Release(); err != nil {
+		t.Fatal(err)
+	}
+	lastAnswer(t, sessions, "late-question", 2)
+
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	save := func(c tclient.Client, id, runID, file string) { saveHistory(t, c, id, runID, filepath.Join(dir, file)) }
-	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp", "plans", "images"} {
+	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp", "plans", "images", "late-question"} {
 		save(s.Client, id, "", id+".json")
 	}
 

@@ -118,6 +118,15 @@ var Releases = []Release{
 			"worker runs 0.6.0.",
 		FlowGraphDigest: "sha256:f0a57a7b5de79ffcee1afd3287edab84582ef8c9efbc17a3786df53a7d1d0e99",
 	},
+	{
+		EngineVersion:     "0.7.0",
+		MovesBetweenTurns: true,
+		Changes: "A steered or cancelled turn asks no question for a tool: a tool that asks once its turn was " +
+			"steered or cancelled, or whose question was answered before the steer, is rejected rather than run " +
+			"again. A run records this revision in its version marker, which a 0.6.0 worker cannot replay, so " +
+			"old workers stop first, or sessions move to 0.7.0 between turns in a Worker Deployment.",
+		FlowGraphDigest: "sha256:5ee7d677a9a10ce29629930c3c7f2f091402edc185ea088c043285d9607be955",
+	},
 }
 
 // ReleaseOf returns the row of an engine version this build knows.

@@ -228,6 +228,21 @@ func (s *State) SettleUnstarted(id string) []Event {
 	return s.settle(r)
 }
 
+// SettleLateQuestion is a tool Step whose tool asked a question after its
+// turn was steered or cancelled. Nobody is asked: a tool asks only before
+// it takes any effect, so the call is rejected with the turn control's
+// reason, as a call that never started. It reports false, changing
+// nothing, when the question is for the user: the turn was neither steered
+// nor cancelled, or the call is a task's, whose questions steering never
+// cancels.
+func (s *State) SettleLateQuestion(id string) ([]Event, bool) {
+	r := s.activeRecord(id)
+	if r == nil || r.Status.Final() || r.TaskID != "" || !s.TurnControlRequested() {
+		return nil, false
+	}
+	return s.settle(r), true
+}
+
 // settleNewCalls rejects the calls a model call requested in a turn that was
 // steered or cancelled while it ran: none of them has started.
 func (s *State) settleNewCalls(records []*ToolCallRecord) []Event {

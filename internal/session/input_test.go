@@ -80,3 +80,52 @@ func TestACallWhoseToolAskedIsNeverRecordedAsNotRun(t *testing.T) {
 		t.Fatalf("record = %s %q, want outcome_unknown: the tool ran before it asked", r.Status, r.Error)
 	}
 }
+
+func TestALateToolQuestionIsSettledOnlyInASteeredOrCancelledTurn(t *testing.T) {
+	steer := func(t *testing.T, s *State) {
+		if _, err := s.Steer(SteerRequest{Text: "stop"}, testNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel := func(t *testing.T, s *State) {
+		if _, err := s.CancelTurn(CancelRequest{TurnID: s.Turn.ID}, testNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		state   func(t *testing.T) *State
+		id      string
+		settled bool
+		reason  string
+	}{
+		{"a turn neither steered nor cancelled asks", func(t *testing.T) *State { return askingTurn(t, "c1") }, "c1", false, ""},
+		{"a steered turn rejects the call", func(t *testing.T) *State { s := askingTurn(t, "c1"); steer(t, s); return s }, "c1", true, CancelledBySteer},
+		{"a cancelled turn rejects the call", func(t *testing.T) *State { s := askingTurn(t, "c1"); cancel(t, s); return s }, "c1", true, CancelledByUser},
+		{"a task's question survives a steer", func(t *testing.T) *State { s := taskTurn(t); steer(t, s); return s }, "r1", false, ""},
+		{"an unknown call", func(t *testing.T) *State { s := askingTurn(t, "c1"); steer(t, s); return s }, "c9", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.state(t)
+			events, settled := s.SettleLateQuestion(tc.id)
+			if settled != tc.settled {
+				t.Fatalf("settled = %v, want %v", settled, tc.settled)
+			}
+			if !settled {
+				if events != nil {
+					t.Errorf("an unsettled question wrote %v", eventTypes(events))
+				}
+				return
+			}
+			wantEvents(t, events, EventToolCallFinished)
+			r := s.Turn.ToolCall(tc.id)
+			if r.Status != ToolCallRejected || r.CancellationReason != tc.reason || len(s.Interrupts) != 0 {
+				t.Errorf("record = %s (%s), %d interrupts; want rejected for %s and nobody asked", r.Status, r.CancellationReason, len(s.Interrupts), tc.reason)
+			}
+			// Settled once: a second look changes nothing.
+			if again, ok := s.SettleLateQuestion(tc.id); ok || again != nil {
+				t.Errorf("a final call was settled again: %v", eventTypes(again))
+			}
+		})
+	}
+}

@@ -53,6 +53,7 @@ func TestOperatorOnRealPods(t *testing.T) {
 		{"a rollback and an upgrade across engine versions stop every old worker first, under load", stopOldFirstUnderLoad},
 		{"a new image and its revert roll as Worker Deployment versions while sessions keep answering", versionedUpgradeUnderLoad},
 		{"a session feature is refused while a worker of an engine without it polls, and allowed once it stops", featureGateOnTheCluster},
+		{"an upgrade across an incompatible engine version moves each session at its next turn while sessions keep answering", upgradeAcrossEngineVersions},
 		{"an Agent with an S3 MediaStore shows the model a PNG from the CLI and an MCP tool's image", imagesOnTheCluster},
 	}
 	for _, s := range steps {

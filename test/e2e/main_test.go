@@ -30,6 +30,9 @@ import (
 type env struct {
 	kubeBin, etcd, images, helm, temporal string
 	registry, version                     string
+	// previousEngine is the worker image of the last commit of the engine
+	// version before this build's, its archive and its engine version.
+	previousEngine, previousEngineArchive, previousEngineVersion string
 }
 
 // The suite's shared parts, set up once by TestMain.
@@ -52,8 +55,13 @@ func TestMain(m *testing.M) {
 		temporal: os.Getenv("STEPWISE_TEMPORAL_SERVER"),
 		registry: os.Getenv("STEPWISE_E2E_REGISTRY"),
 		version:  os.Getenv("STEPWISE_E2E_VERSION"),
+
+		previousEngine:        os.Getenv("STEPWISE_E2E_PREVIOUS_ENGINE_IMAGE"),
+		previousEngineArchive: os.Getenv("STEPWISE_E2E_PREVIOUS_ENGINE_ARCHIVE"),
+		previousEngineVersion: os.Getenv("STEPWISE_E2E_PREVIOUS_ENGINE_VERSION"),
 	}
-	if cfg.kubeBin == "" || cfg.etcd == "" || cfg.images == "" || cfg.helm == "" || cfg.temporal == "" || cfg.registry == "" || cfg.version == "" {
+	if cfg.kubeBin == "" || cfg.etcd == "" || cfg.images == "" || cfg.helm == "" || cfg.temporal == "" || cfg.registry == "" || cfg.version == "" ||
+		cfg.previousEngine == "" || cfg.previousEngineArchive == "" || cfg.previousEngineVersion == "" {
 		fmt.Fprintln(os.Stdout, "skipping the end-to-end suite: run it with make e2e, which builds the cluster's binaries, the images and Helm")
 		os.Exit(0)
 	}
@@ -74,6 +82,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stdout, "no image archives in %s: %v\n", cfg.images, err)
 		return 1
 	}
+	archives = append(archives, cfg.previousEngineArchive)
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stdout, "e2e: "+format+"\n", args...) }
 	cluster, err = testcluster.Start(ctx, testcluster.Options{
 		Dir: dir, KubeBin: cfg.kubeBin, Etcd: cfg.etcd, Images: archives,

@@ -40,9 +40,14 @@ func main() {
 			}, opts...)
 	}
 	// confirm asks the user before it writes, and writes with the answer.
+	// It asks at its gate, so a test can steer or cancel the turn while
+	// the question is on its way.
 	confirm := agent.MustTool("confirm_write", "Asks before it writes.", agent.EffectNonIdempotentWrite,
-		func(_ context.Context, call agent.ToolContext, a noteArgs) (string, error) {
+		func(ctx context.Context, call agent.ToolContext, a noteArgs) (string, error) {
 			if len(call.Answers) == 0 {
+				if err := (enginetest.Gate{Dir: dir, Name: "confirm_write"}).Pass(ctx); err != nil {
+					return "", err
+				}
 				return "", agent.AskUser("Write "+a.Note+"?", "yes", "no")
 			}
 			if err := calls.Append("confirm_write", call.IdempotencyKey, strconv.Itoa(call.Attempt), strconv.Itoa(os.Getpid())); err != nil {
