@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -159,7 +160,30 @@ func (s *Stack) StartWorker() *Worker {
 
 // StartWorkerWith starts a worker process with more command-line arguments,
 // such as a Worker Deployment version, and waits until it polls for tasks.
+// Its health, debug and metrics ports are chosen free but released before
+// the worker binds them, so another process may take one first; the worker
+// then exits saying so and is started again on fresh ports.
 func (s *Stack) StartWorkerWith(args ...string) *Worker {
+	s.t.Helper()
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		w, log, ready := s.startWorker(args)
+		if ready {
+			return w
+		}
+		if log == "" {
+			s.t.Fatal("the worker was not ready within 30s")
+		}
+		if attempt == attempts || !strings.Contains(log, "address already in use") {
+			s.t.Fatalf("the worker exited before it was ready:\n%s", log)
+		}
+	}
+}
+
+// startWorker starts one worker process and waits until it is ready. A
+// worker that exits first is reported with its log; one still starting at
+// the deadline with none.
+func (s *Stack) startWorker(args []string) (w *Worker, exitLog string, ready bool) {
 	s.t.Helper()
 	s.workers++
 	cfg := s.Config
@@ -185,27 +209,27 @@ func (s *Stack) StartWorkerWith(args ...string) *Worker {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("starting a worker: %v", err)
 	}
-	w := &Worker{cmd: cmd, Health: cfg.HealthAddress, Debug: cfg.DebugAddress, Metrics: cfg.MetricsAddress, done: make(chan struct{})}
+	w = &Worker{cmd: cmd, Health: cfg.HealthAddress, Debug: cfg.DebugAddress, Metrics: cfg.MetricsAddress, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(w.done) }()
 	s.t.Cleanup(w.Kill)
-	s.started = append(s.started, w)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + w.Health + "/readyz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return w
+				s.started = append(s.started, w)
+				return w, "", true
 			}
 		}
 		select {
 		case <-w.done:
 			log, _ := os.ReadFile(logFile.Name())
-			s.t.Fatalf("the worker exited before it was ready:\n%s", log)
+			return nil, string(log) + "\n(exited)", false
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatal("the worker was not ready within 30s")
+			return nil, "", false
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,13 +33,36 @@ type S3Server struct {
 	Dir string
 }
 
-// StartS3 starts a gateway for the test and stops it at the test's end.
+// StartS3 starts a gateway for the test and stops it at the test's end. Its
+// port is chosen free but released before the gateway binds it, so another
+// process may take it first; the gateway then exits saying so and is
+// started again on a fresh port.
 func StartS3(t testing.TB) *S3Server {
 	t.Helper()
 	bin := os.Getenv(S3EnvVar)
 	if bin == "" {
 		t.Fatalf("%s is not set: run the tests with `make test`, which builds versitygw into bin/", S3EnvVar)
 	}
+	dir := filepath.Join(t.TempDir(), "s3")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		s, log := startS3(t, bin, dir)
+		if s != nil {
+			return s
+		}
+		if attempt == attempts || !strings.Contains(log, "address already in use") {
+			t.Fatalf("versitygw did not answer:\n%s", log)
+		}
+	}
+}
+
+// startS3 starts one gateway on a free port and waits until it answers; a
+// gateway that does not is reported with its log.
+func startS3(t testing.TB, bin, dir string) (*S3Server, string) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,10 +73,7 @@ func StartS3(t testing.TB) *S3Server {
 		Endpoint:        "http://" + addr,
 		AccessKeyID:     "stepwise-test",
 		SecretAccessKey: "stepwise-test-secret",
-		Dir:             filepath.Join(t.TempDir(), "s3"),
-	}
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		t.Fatal(err)
+		Dir:             dir,
 	}
 	cmd := exec.Command(bin, "--port", addr, "--access", s.AccessKeyID, "--secret", s.SecretAccessKey, "--quiet", "posix", s.Dir)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
@@ -63,9 +84,11 @@ func StartS3(t testing.TB) *S3Server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		_ = logFile.Close()
 	})
 	deadline := time.Now().Add(30 * time.Second)
@@ -73,13 +96,18 @@ func StartS3(t testing.TB) *S3Server {
 		resp, err := http.Get(s.Endpoint + "/")
 		if err == nil {
 			_ = resp.Body.Close()
-			return s
+			return s, ""
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logFile.Name())
+			return nil, fmt.Sprintf("versitygw on %s exited: %s", addr, log)
+		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("versitygw did not answer on %s: %v\n%s", addr, err, log)
+			return nil, fmt.Sprintf("versitygw did not answer on %s within 30s: %v\n%s", addr, err, log)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
