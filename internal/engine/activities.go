@@ -43,6 +43,16 @@ type Activities struct {
 	Spend agent.SpendLimit
 	// Tracer, when set, emits a span per model call and tool Step attempt.
 	Tracer *tracing.Tracer
+	// Checkpoints, when set, records a tool's checkpoint with the engine
+	// before SaveCheckpoint returns; without it the checkpoint rides on the
+	// next batched heartbeat.
+	Checkpoints CheckpointRecorder
+}
+
+// CheckpointRecorder sends a heartbeat to the engine at once; the Temporal
+// client is one.
+type CheckpointRecorder interface {
+	RecordActivityHeartbeat(ctx context.Context, taskToken []byte, details ...any) error
 }
 
 // RunModel makes exactly one model call per attempt.
@@ -273,7 +283,7 @@ func checkResultImages(tool string, out session.ToolOutcome) (session.ToolOutcom
 // execution is what a runner gets for one tool Step attempt. The attempt is
 // marked started by a heartbeat, so its failure is never recorded as "did
 // not run"; every heartbeat carries the latest checkpoint, which a retried
-// attempt reads.
+// attempt reads, and a checkpoint is recorded before SaveCheckpoint returns.
 func (a *Activities) execution(ctx context.Context, in ToolStepInput) (session.ToolExecution, func()) {
 	info := activity.GetInfo(ctx)
 	var checkpoint checkpointDetail
@@ -289,8 +299,22 @@ func (a *Activities) execution(ctx context.Context, in ToolStepInput) (session.T
 		IdempotencyKey: in.IdempotencyKey, Attempt: int(info.Attempt),
 		Events: a.writer(ctx, in.TurnID), Heartbeat: beat,
 		Checkpoint:     checkpoint.text,
-		SaveCheckpoint: func(text string) { saved.set(text); beat() },
+		SaveCheckpoint: func(text string) { saved.set(text); a.recordCheckpoint(ctx, text); beat() },
 	}, stop
+}
+
+// recordCheckpoint sends a checkpoint to the engine before the tool goes
+// on. The SDK batches heartbeats for most of the heartbeat timeout, and a
+// worker that died in that window would leave the started task unnamed, so
+// the retried attempt would start it again: a second payment, say. A failed
+// send leaves the batched heartbeat to carry it.
+func (a *Activities) recordCheckpoint(ctx context.Context, text string) {
+	if a.Checkpoints == nil {
+		return
+	}
+	if err := a.Checkpoints.RecordActivityHeartbeat(ctx, activity.GetInfo(ctx).TaskToken, stepStartedMark, text); err != nil {
+		activity.GetLogger(ctx).Warn("recording a tool checkpoint", "error", err)
+	}
 }
 
 // toolSpan starts a tool Step attempt's execute_tool span, parented from

@@ -116,17 +116,27 @@ func (h *harness) traced() *tracetest.InMemoryExporter {
 // CompactContext) take d of workflow time before it runs, so a step can
 // steer or cancel the turn while that model call runs.
 func (h *harness) slowFirstCall(step session.StepName, d time.Duration) {
+	h.slowCall(step, 1, d)
+}
+
+// slowCall makes the nth attempt of a Step take d of workflow time before
+// it runs, so an update sent beside the one that scheduled it always lands
+// first.
+func (h *harness) slowCall(step session.StepName, nth int, d time.Duration) {
 	var mu sync.Mutex
 	calls := 0
 	delay := func() time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
-		if calls++; calls == 1 {
+		if calls++; calls == nth {
 			return d
 		}
 		return 0
 	}
-	real := map[session.StepName]any{session.StepRunModel: h.acts.RunModel, session.StepCompactContext: h.acts.CompactContext}[step]
+	real := map[session.StepName]any{
+		session.StepRunModel: h.acts.RunModel, session.StepCompactContext: h.acts.CompactContext,
+		session.StepCallSingleAttemptTool: h.acts.CallSingleAttemptTool,
+	}[step]
 	h.env.OnActivity(string(step), mock.Anything, mock.Anything).AfterFn(delay).Return(real)
 }
 

@@ -178,6 +178,9 @@ func TestAnAnsweredToolQuestionDoesNotRunTheToolAfterASteer(t *testing.T) {
 	var log callLog
 	h := newHarness(t, agent.Definition{Name: "t", Model: steerableModel(toolCall("c1", "order_item", sizeArgs{Item: "shirt"})),
 		Tools: []agent.Tool{sizeTool(&log)}})
+	// The tool Step the answer schedules starts ten seconds later, so the
+	// steer sent with the answer always reaches the session before it.
+	h.slowCall(session.StepCallSingleAttemptTool, 2, 10*time.Second)
 	h.then(func() {
 		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "M"}, true)
 		h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "no, a hat"}, true)

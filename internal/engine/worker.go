@@ -104,7 +104,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 		counter.VersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
 	}
 	w.RegisterWorkflowWithOptions(SpendCounter, counter)
-	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events, Spend: o.Spend, Tracer: o.Tracer}
+	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events, Spend: o.Spend, Tracer: o.Tracer, Checkpoints: c}
 	acts.Register(w)
 	return w
 }
