@@ -239,10 +239,10 @@ type ToolContext struct {
 	// Checkpoint is what an earlier attempt of this Step saved with
 	// SaveCheckpoint, such as the ID of a task it started; empty when none
 	// did. SaveCheckpoint records text with the engine before it returns,
-	// and with every later heartbeat of the attempt, so a task started
-	// after it returns is named to a retried attempt even if the worker
-	// dies at once. Checkpoints are best effort: one the engine could not
-	// be reached for is recorded only if a later heartbeat gets through.
+	// and with every later heartbeat of the attempt, so once it returns a
+	// retried attempt gets the text even if the worker dies at once.
+	// Checkpoints are best effort: one the engine could not be reached for
+	// is recorded only if a later heartbeat gets through.
 	Checkpoint     string
 	SaveCheckpoint func(text string)
 	// Events writes session events for this call.
