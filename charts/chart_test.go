@@ -22,10 +22,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/media"
 	workers "github.com/stepwise-run/stepwise/internal/render"
 )
@@ -276,7 +279,7 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 	want := []string{
 		"ClusterRole/stepwise-manager", "ClusterRoleBinding/stepwise-manager", "ClusterRole/stepwise-metrics-reader",
 		"CustomResourceDefinition/agents.agents.stepwise.run", "CustomResourceDefinition/mediastores.agents.stepwise.run",
-		"CustomResourceDefinition/toolsources.agents.stepwise.run",
+		"CustomResourceDefinition/toolsources.agents.stepwise.run", "CustomResourceDefinition/clusterengines.agents.stepwise.run",
 		"ClusterRole/stepwise-gateway", "ClusterRoleBinding/stepwise-gateway",
 		"Deployment/stepwise", "Deployment/stepwise-event-hub", "Deployment/stepwise-gateway",
 		"Role/stepwise-leader-election", "RoleBinding/stepwise-leader-election", "Secret/stepwise-event-hub-key",
@@ -330,6 +333,9 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 	wantArgs := []string{
 		"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--metrics-secure=true",
 		"--poller-quiet-period=75s", "--versioned-rollouts=true",
+		// With no engine.address the chart makes no ClusterEngine; the
+		// administrator's own ClusterEngine "default" is the default.
+		"--operator-namespace=stepwise-system", "--default-engine=default", "--allow-namespace-engines=false",
 		"--worker-image=" + defaultPrefix + "/agent-worker:" + version,
 		"--event-hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--event-hub-key-file=/etc/stepwise/event-hub/key",
 		"--zap-log-level=info", "--zap-encoder=json",
@@ -383,7 +389,8 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 	if want := defaultPrefix + "/gateway:" + version; container.Image != want {
 		t.Errorf("gateway image = %q, want %q", container.Image, want)
 	}
-	wantArgs := []string{"--listen=:8080", "--hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--hub-key-file=/etc/stepwise/event-hub/key"}
+	wantArgs := []string{"--listen=:8080", "--hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--hub-key-file=/etc/stepwise/event-hub/key",
+		"--operator-namespace=stepwise-system", "--default-engine=default", "--allow-namespace-engines=false"}
 	if !slices.Equal(container.Args, wantArgs) {
 		t.Errorf("gateway args = %q, want %q", container.Args, wantArgs)
 	}
@@ -513,9 +520,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 	}
 	wantArgs := []string{
 		"--leader-elect", "--health-probe-bind-address=:9091", "--metrics-bind-address=:9090", "--metrics-secure=true", "--poller-quiet-period=2m", "--versioned-rollouts=false",
-		"--default-engine-address=temporal.example.com:7233", "--default-engine-namespace=agents.prod",
-		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
-		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",
+		"--operator-namespace=" + releaseNS, "--default-engine=shared-temporal", "--allow-namespace-engines=true",
 		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,/mnt/agents/media",
 		"--otlp-endpoint=http://otel-collector.observability:4317", "--otlp-protocol=grpc",
 		"--event-hub-url=https://event-hub.agents.example.com:9443", "--event-hub-key-file=/etc/stepwise/event-hub/key",
@@ -551,6 +556,14 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		t.Errorf("metrics Service = %s", mustYAML(t, service))
 	}
 	get[rbacv1.ClusterRole](t, objs, "ClusterRole/stepwise-all-manager")
+	engine := get[agentsv1.ClusterEngine](t, objs, "ClusterEngine/shared-temporal")
+	wantEngine := agentsv1.ClusterEngineSpec{Address: "temporal.example.com:7233", Namespace: "agents.prod",
+		TLS:               &agentsv1.EngineTLS{SecretRef: &agentsv1.SecretReference{Name: "temporal-client-tls"}, ServerName: "temporal.internal.example.com"},
+		APIKeySecretRef:   &agentsv1.SecretKeyReference{Name: "temporal-api-key", Key: "key"},
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"stepwise.example.com/tenant": "true"}}}
+	if !equality.Semantic.DeepEqual(engine.Spec, wantEngine) {
+		t.Errorf("the default ClusterEngine = %s, want %s", mustYAML(t, engine.Spec), mustYAML(t, wantEngine))
+	}
 	get[rbacv1.Role](t, objs, "Role/stepwise-all-leader-election")
 
 	gateway := get[appsv1.Deployment](t, objs, "Deployment/stepwise-all-gateway")
@@ -558,9 +571,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 	wantGatewayArgs := []string{
 		"--listen=:8443", "--hub-url=https://event-hub.agents.example.com:9443", "--hub-key-file=/etc/stepwise/event-hub/key",
 		"--token-audiences=stepwise-gateway,https://kubernetes.default.svc",
-		"--default-engine-address=temporal.example.com:7233", "--default-engine-namespace=agents.prod",
-		"--default-engine-tls", "--default-engine-tls-secret=temporal-client-tls",
-		"--default-engine-tls-server-name=temporal.internal.example.com", "--default-engine-api-key-secret=temporal-api-key/key",
+		"--operator-namespace=" + releaseNS, "--default-engine=shared-temporal", "--allow-namespace-engines=true",
 	}
 	if got := gatewayPod.Containers[0].Args; !slices.Equal(got, wantGatewayArgs) {
 		t.Errorf("gateway args = %q\nwant %q", got, wantGatewayArgs)

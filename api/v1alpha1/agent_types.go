@@ -13,12 +13,15 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.planMode) || !self.planMode.enabled || (has(self.builtInTools) && 'write_todos' in self.builtInTools)",message="planMode.enabled requires write_todos in builtInTools: a planning turn writes its plan with write_todos",fieldPath=".planMode.enabled"
 // +kubebuilder:validation:XValidation:rule="!has(self.toolPolicies) || !has(self.builtInTools) || self.toolPolicies.all(p, !(p.name in self.builtInTools))",message="toolPolicies may not name an enabled built-in tool: its name is reserved and it always runs as a read without approval",fieldPath=".toolPolicies"
+// +kubebuilder:validation:XValidation:rule="!(has(self.engine) && has(self.engineRef))",message="engine and engineRef are exclusive: name a ClusterEngine, or an engine of the namespace's own",fieldPath=".engineRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.spendLimit) || !has(self.spendLimit.agent) || !has(self.spendLimit.agent.cost) || (has(self.spendLimit.prices) && self.spendLimit.prices.exists(p, p.model == self.model.name) && (!has(self.modelChoices) || self.modelChoices.all(c, self.spendLimit.prices.exists(p, p.model == c.model.name))))",message="a cost budget needs a price for spec.model and every model choice",fieldPath=".spendLimit.prices"
 type AgentSpec struct {
 	// FlowType is the session Flow type name: the Temporal workflow type of
-	// every session of this Agent. At most one Agent may claim a Flow type on
-	// one engine namespace. It cannot change, because running sessions are
-	// registered under it.
+	// every session of this Agent. Its sessions' names on the engine carry
+	// it with the Agent's Kubernetes namespace, so at most one Agent of a
+	// namespace may claim a Flow type on one engine, and another namespace
+	// may use the same Flow type without ever meeting its sessions. It
+	// cannot change, because running sessions are registered under it.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100
@@ -115,8 +118,18 @@ type AgentSpec struct {
 	// +optional
 	MediaStore *LocalObjectReference `json:"mediaStore,omitempty"`
 
-	// Engine is the Temporal service that runs this Agent's sessions. Without
-	// it, the operator's default engine is used.
+	// EngineRef names the ClusterEngine, chosen by an administrator, that
+	// runs this Agent's sessions. Without it and without engine, the
+	// operator's default ClusterEngine is used.
+	// +optional
+	EngineRef *EngineReference `json:"engineRef,omitempty"`
+
+	// Engine is a Temporal service this namespace chooses itself, with
+	// credentials from this namespace's Secrets. The operator accepts it
+	// only where an administrator allows namespaces their own engines
+	// (--allow-namespace-engines); a Secret it takes an API key or a
+	// client certificate from must name this address in its
+	// agents.stepwise.run/engine-addresses annotation.
 	// +optional
 	Engine *EngineSpec `json:"engine,omitempty"`
 
@@ -793,10 +806,25 @@ type AgentStatus struct {
 	// +listType=set
 	SessionFeatures []string `json:"sessionFeatures,omitempty"`
 
-	// TaskQueue is the engine task queue the workers poll; clients start
-	// sessions on it.
+	// TaskQueue is the engine task queue new sessions start on:
+	// stepwise/<namespace>/<flowType> once workers of engine 0.8.0 or later
+	// take them, the shared stepwise/<flowType> before.
 	// +optional
 	TaskQueue string `json:"taskQueue,omitempty"`
+
+	// SharedTaskQueue is set while the Agent's workers serve sessions
+	// under the names one Flow type shares across a Temporal namespace,
+	// which workers of engine 0.7.0 and earlier use: the shared task
+	// queue. Workers of 0.8.0 and later move those sessions to the
+	// Agent's own names between turns; once none is left, it is cleared,
+	// and the Agent never takes the shared names again.
+	// +optional
+	SharedTaskQueue string `json:"sharedTaskQueue,omitempty"`
+
+	// EngineID is the engine's ID of the Temporal namespace the workers run
+	// on, which Flow type claims are keyed by.
+	// +optional
+	EngineID string `json:"engineID,omitempty"`
 
 	// ConfigDigest is the digest of the applied worker configuration, with
 	// the hashes of the Secret values it references. Workers roll when it

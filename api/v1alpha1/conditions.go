@@ -6,7 +6,9 @@ const (
 	// resource asks for as of status.observedGeneration: for an Agent, its
 	// worker configuration, ServiceAccount, Deployment and session Flow graph;
 	// for a ToolSource or MediaStore, a spec whose Secrets exist and whose
-	// fields are consistent. It does not say that worker pods are running; see
+	// fields are consistent; for a ClusterEngine, that the operator reached
+	// the engine, learnt who it is and registered the search attributes
+	// sessions need. It does not say that worker pods are running; see
 	// ConditionWorkersAvailable.
 	ConditionReady = "Ready"
 
@@ -68,6 +70,33 @@ const (
 	// ReasonEngineNotConfigured: the Agent names no engine and the operator has
 	// no default engine.
 	ReasonEngineNotConfigured = "EngineNotConfigured"
+	// ReasonEngineNotFound: the ClusterEngine the Agent names, or the
+	// operator's default, does not exist.
+	ReasonEngineNotFound = "EngineNotFound"
+	// ReasonEngineNotReady: the ClusterEngine is not Ready: the operator has
+	// not reached it, learnt who it is or registered its search attributes.
+	ReasonEngineNotReady = "EngineNotReady"
+	// ReasonEngineNotAllowed: the Agent may not use its engine: the
+	// ClusterEngine does not select the Agent's namespace, or the Agent
+	// names an engine of its own where the administrator allows none. The
+	// Agent keeps no workers.
+	ReasonEngineNotAllowed = "EngineNotAllowed"
+	// ReasonEngineCredentialNotAllowed: a Secret the Agent's spec.engine
+	// takes a credential from does not name the engine's address in its
+	// agents.stepwise.run/engine-addresses annotation; the credential is
+	// sent nowhere.
+	ReasonEngineCredentialNotAllowed = "EngineCredentialNotAllowed"
+	// ReasonEngineUnavailable: the operator could not ask the Agent's own
+	// engine who it is, which claims need; it tries again.
+	ReasonEngineUnavailable = "EngineUnavailable"
+	// ReasonSearchAttributesNotRegistered: the ClusterEngine's namespace
+	// lacks the search attributes sessions need and the operator may not
+	// register them; the message says how an administrator does.
+	ReasonSearchAttributesNotRegistered = "SearchAttributesNotRegistered"
+	// ReasonAgentBudgetNeedsEngine: an agent budget on workers of engine
+	// 0.7.0 and earlier, which keep one spend counter per Flow type for the
+	// whole Temporal namespace that another namespace's Agent would share.
+	ReasonAgentBudgetNeedsEngine = "AgentBudgetNeedsEngine"
 	// ReasonFlowTypeConflict: another Agent already claims this Flow type on the
 	// same engine namespace; the first claimant keeps its workers.
 	ReasonFlowTypeConflict = "FlowTypeConflict"

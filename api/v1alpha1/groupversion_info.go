@@ -1,6 +1,6 @@
 // Package v1alpha1 holds the agents.stepwise.run API: Agent, ToolSource and
 // MediaStore, the resources a platform team applies to run durable agent
-// sessions.
+// sessions, and ClusterEngine, the engines an administrator lets them use.
 //
 // +kubebuilder:object:generate=true
 // +groupName=agents.stepwise.run
@@ -28,6 +28,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Agent{}, &AgentList{},
 		&ToolSource{}, &ToolSourceList{},
 		&MediaStore{}, &MediaStoreList{},
+		&ClusterEngine{}, &ClusterEngineList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

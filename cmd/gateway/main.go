@@ -27,6 +27,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -95,14 +96,14 @@ func run(logger *slog.Logger) error {
 	}
 
 	logger.Info("starting the gateway", "version", version.Operator, "listen", listen, "hubListen", hubListen, "hubURL", hubURL,
-		"defaultEngine", engineFlags.Address)
+		"defaultEngine", engineFlags.DefaultEngine, "allowNamespaceEngines", engineFlags.AllowNamespaceEngines)
 	return serve(ctx, logger, servers)
 }
 
 // sessionAPI builds the session routes over the cluster's Agents.
 func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *engineflags.Flags, audiences, hubURL string, keys *hubapi.Keyring) (http.Handler, func(), error) {
-	defaultEngine, err := engineFlags.Engine()
-	if err != nil {
+	var defaults render.Defaults
+	if err := engineFlags.Apply(&defaults); err != nil {
 		return nil, nil, err
 	}
 	scheme, err := controller.NewScheme()
@@ -133,7 +134,8 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	}
 	engines := engineadmin.New(logr.FromSlogHandler(logger.Handler()))
 	opts := gateway.Options{
-		Agents:     &gateway.KubernetesAgents{Reader: kube, DefaultEngine: defaultEngine, Engines: engines},
+		Agents: &gateway.KubernetesAgents{Reader: kube, Defaults: defaults, OperatorNamespace: engineFlags.OperatorNamespace,
+			Engines: engines},
 		Authorizer: auth,
 		Logger:     logger,
 	}

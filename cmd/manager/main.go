@@ -80,7 +80,7 @@ func run() error {
 		return fmt.Errorf("--media-host-path-roots: %w", err)
 	}
 	defaults := render.Defaults{WorkerImage: workerImage, WorkerEngineVersion: version.EngineVersion, MediaHostPathRoots: roots}
-	if defaults.Engine, err = engineFlags.Engine(); err != nil {
+	if err := engineFlags.Apply(&defaults); err != nil {
 		return err
 	}
 	if defaults.EventHub, err = eventHub(eventHubURL, hubKey); err != nil {
@@ -118,8 +118,9 @@ func run() error {
 	}
 	engines := engineadmin.New(ctrl.Log.WithName("engine"))
 	defer engines.Close()
-	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults,
-		Engines: &controller.Engines{Client: engines}, PollerQuietPeriod: pollerQuietPeriod, VersionedRollouts: versionedRollouts}); err != nil {
+	probe := &controller.Engines{Client: engines}
+	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults, OperatorNamespace: engineFlags.OperatorNamespace,
+		Engines: probe, Probe: probe, PollerQuietPeriod: pollerQuietPeriod, VersionedRollouts: versionedRollouts}); err != nil {
 		return err
 	}
 	// The Agents' rollout metrics, beside controller-runtime's own.
@@ -133,7 +134,8 @@ func run() error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("starting the operator", "version", version.Operator, "engineVersion", version.EngineVersion,
-		"defaultEngine", engineFlags.Address, "mediaHostPathRoots", roots)
+		"defaultEngine", engineFlags.DefaultEngine, "allowNamespaceEngines", engineFlags.AllowNamespaceEngines,
+		"mediaHostPathRoots", roots)
 	return mgr.Start(ctx)
 }
 

@@ -42,7 +42,7 @@ Commands:
   snapshot <session>                  Print the session's snapshot as JSON.
   messages <session> [before] [limit] Print a page of stored messages as JSON: the newest
                                       (before 0), up to limit (default 50, at most 200).
-  waiting [step]                      List sessions of every agent waiting in a Step
+  waiting [step]                      List the Agent's sessions waiting in a Step
                                       (default: AwaitToolApproval and AwaitQuestionAnswer).
 
 Exit statuses:
@@ -81,7 +81,11 @@ func stepwise() int {
 	address := flags.String("address", envOr("STEPWISE_ENGINE_ADDRESS", "localhost:7233"), "Temporal frontend address (STEPWISE_ENGINE_ADDRESS).")
 	namespace := flags.String("namespace", envOr("STEPWISE_ENGINE_NAMESPACE", "default"), "Temporal namespace (STEPWISE_ENGINE_NAMESPACE).")
 	flowType := flags.String("flow-type", os.Getenv("STEPWISE_FLOW_TYPE"), "The Agent's Flow type (STEPWISE_FLOW_TYPE).")
-	taskQueue := flags.String("task-queue", "", "The Agent's task queue; default stepwise/<flow type>.")
+	agent := flags.String("agent", os.Getenv("STEPWISE_AGENT"),
+		"The Agent, as <namespace>/<name> (STEPWISE_AGENT): its sessions are reached under its own names. Without it, the shared sessions\n"+
+			"of the Flow type, which workers of engine 0.7.0 and earlier run.")
+	taskQueue := flags.String("task-queue", "", "Where new sessions start, as the Agent's status.taskQueue says; default the Agent's own task queue.")
+	sharedTaskQueue := flags.String("shared-task-queue", "", "The Agent's status.sharedTaskQueue, while it still serves sessions under the shared names.")
 	timeout := flags.Duration("timeout", 30*time.Second, "How long a command may take; a request not answered by then exits with status 4.")
 	requestID := flags.String("request-id", "", "Names the request, so that running the command again is the same request and\nlearns its outcome; default: a new random ID, printed when the request is pending.")
 	var images imageFlags
@@ -110,7 +114,15 @@ func stepwise() int {
 		return fail(fmt.Errorf("connecting to Temporal at %s: %w", *address, err))
 	}
 	defer c.Close()
-	cfg := config{namespace: *namespace, flowType: *flowType, taskQueue: *taskQueue, requestID: *requestID, images: images}
+	target := sessions.Agent{FlowType: *flowType, TaskQueue: *taskQueue, SharedTaskQueue: *sharedTaskQueue}
+	if *agent != "" {
+		ns, name, ok := strings.Cut(*agent, "/")
+		if !ok || ns == "" || name == "" {
+			return fail(fmt.Errorf("--agent %q: want <namespace>/<name>", *agent))
+		}
+		target.Namespace, target.Name = ns, name
+	}
+	cfg := config{agent: target, requestID: *requestID, images: images}
 	status, err := run(ctx, c, cfg, flags.Args(), os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stepwise:", err)
@@ -123,7 +135,7 @@ func stepwise() int {
 
 // config is what the flags say about every command.
 type config struct {
-	namespace, flowType, taskQueue string
+	agent sessions.Agent
 	// requestID names an RPC; empty gives each a random ID.
 	requestID string
 	// images are send's images.
@@ -146,13 +158,13 @@ func fail(err error) int {
 // status is 1 unless it says more.
 func run(ctx context.Context, c client.Client, cfg config, args []string, out io.Writer) (int, error) {
 	command, args := args[0], args[1:]
-	if command == "waiting" {
-		return waiting(ctx, c, cfg.namespace, args, out)
-	}
-	if cfg.flowType == "" {
+	if cfg.agent.FlowType == "" {
 		return 0, errors.New("--flow-type is required")
 	}
-	s := sessions.New(c, cfg.flowType, cfg.taskQueue)
+	s := sessions.New(c, cfg.agent)
+	if command == "waiting" {
+		return waiting(ctx, s, args, out)
+	}
 	id := sessions.WithRequestID(cfg.requestID)
 	need := func(n int, names string) error {
 		if len(args) < n {
@@ -288,13 +300,13 @@ func run(ctx context.Context, c client.Client, cfg config, args []string, out io
 	return 0, nil
 }
 
-func waiting(ctx context.Context, c client.Client, namespace string, args []string, out io.Writer) (int, error) {
+func waiting(ctx context.Context, s *sessions.Sessions, args []string, out io.Writer) (int, error) {
 	steps := args
 	if len(steps) == 0 {
 		steps = []string{sessions.StepAwaitToolApproval, sessions.StepAwaitQuestionAnswer}
 	}
 	for _, step := range steps {
-		found, err := sessions.Waiting(ctx, c, namespace, step)
+		found, _, err := s.Waiting(ctx, sessions.WaitingQuery{Steps: []string{step}})
 		if err != nil {
 			return 0, err
 		}

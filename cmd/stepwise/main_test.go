@@ -14,6 +14,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -63,7 +64,12 @@ func newCLI(t *testing.T, flowType string) *cli {
 // newCLIWithoutWorker is a CLI whose Flow type has no worker until
 // startWorker.
 func newCLIWithoutWorker(t *testing.T, c client.Client, flowType string) *cli {
-	return &cli{t: t, c: c, flowType: flowType, sessions: sessions.New(c, flowType, ""), refunds: &atomic.Int32{}}
+	return &cli{t: t, c: c, flowType: flowType, sessions: sessions.New(c, cliAgent(flowType)), refunds: &atomic.Int32{}}
+}
+
+// cliAgent is the Agent the CLI tests address, as --agent team/cli names it.
+func cliAgent(flowType string) sessions.Agent {
+	return sessions.Agent{Namespace: "team", Name: "cli", FlowType: flowType}
 }
 
 // startWorker starts an in-process worker whose one function tool,
@@ -82,7 +88,7 @@ func (c *cli) startWorker() {
 		t.Fatal(err)
 	}
 	w := engine.NewWorker(c.c, engine.WorkerOptions{
-		FlowType: c.flowType, TaskQueue: sessions.TaskQueue(c.flowType), TaskSlots: 10, Runner: runner,
+		FlowType: c.flowType, TaskQueue: tenancy.Tenant("team", c.flowType).TaskQueue(), TaskSlots: 10, Runner: runner,
 	})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
@@ -96,7 +102,7 @@ func (c *cli) runFor(timeout time.Duration, cfg config, args ...string) (int, st
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cfg.namespace, cfg.flowType = "default", c.flowType
+	cfg.agent = cliAgent(c.flowType)
 	var out bytes.Buffer
 	status, err := run(ctx, c.c, cfg, args, &out)
 	return status, out.String(), err
@@ -108,7 +114,7 @@ func (c *cli) run(args ...string) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	var out bytes.Buffer
-	status, err := run(ctx, c.c, config{namespace: "default", flowType: c.flowType}, args, &out)
+	status, err := run(ctx, c.c, config{agent: cliAgent(c.flowType)}, args, &out)
 	if err != nil {
 		c.t.Fatalf("stepwise %s = %v", strings.Join(args, " "), err)
 	}
@@ -263,7 +269,7 @@ func TestMessagesPrintsAPageBeforeASequenceWithALimit(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if _, err := run(context.Background(), c.c, config{namespace: "default", flowType: c.flowType}, []string{"messages", "s-msgs", "0", "many"}, &out); err == nil ||
+	if _, err := run(context.Background(), c.c, config{agent: cliAgent(c.flowType)}, []string{"messages", "s-msgs", "0", "many"}, &out); err == nil ||
 		!strings.Contains(err.Error(), `limit must be a number, not "many"`) {
 		t.Errorf("messages with a bad limit = %v, want an error naming the limit", err)
 	}
@@ -404,7 +410,7 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
 			// No command here reaches the engine, so there is no client.
-			status, err := run(context.Background(), nil, config{namespace: "default", flowType: tt.flowType}, tt.args, &out)
+			status, err := run(context.Background(), nil, config{agent: sessions.Agent{FlowType: tt.flowType}}, tt.args, &out)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("run(%v) = %d, %v; want an error containing %q", tt.args, status, err, tt.want)
 			}
@@ -431,7 +437,7 @@ func TestARequestNoWorkerRunsExitsWithStatus4AndARetryWithItsIDLearnsTheOutcome(
 	requestID := msg[strings.LastIndex(msg, "--request-id ")+len("--request-id "):]
 	requestID = strings.Fields(requestID)[0]
 	for _, want := range []string{"start_session on session s-pending was sent and waits for a worker",
-		"no worker polls task queue stepwise/CLINoWorker", "request ID " + requestID} {
+		"no worker polls task queue stepwise/team/CLINoWorker", "request ID " + requestID} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the pending start says %q; want it to say %q", msg, want)
 		}

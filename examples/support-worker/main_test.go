@@ -10,6 +10,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
@@ -176,7 +177,7 @@ func startSupportWorker(t *testing.T, flowType string) *client.Sessions {
 		APIVersion: workerconfig.APIVersion, Kind: workerconfig.Kind,
 		Agent:    workerconfig.AgentRef{Namespace: "team", Name: "support"},
 		FlowType: flowType, EngineVersion: version.EngineVersion, TaskSlots: 10,
-		Engine: workerconfig.Engine{Address: server.FrontendHostPort(), Namespace: "default", TaskQueue: client.TaskQueue(flowType)},
+		Engine: workerconfig.Engine{Address: server.FrontendHostPort(), Namespace: "default", TaskQueue: tenancy.Tenant("team", flowType).TaskQueue()},
 		Definition: workerconfig.Definition{
 			Name: "support", Instructions: "You help customers with their orders.",
 			Model:             workerconfig.Model{Provider: agent.ScriptedProvider, Name: "support-demo"},
@@ -199,7 +200,7 @@ func startSupportWorker(t *testing.T, flowType string) *client.Sessions {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	return client.New(server.Client(), flowType, "")
+	return client.New(server.Client(), client.Agent{Namespace: "team", Name: "support", FlowType: flowType})
 }
 
 // waitForRefundApproval waits until the session asks to approve

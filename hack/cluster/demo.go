@@ -126,8 +126,8 @@ func runDemo(args []string) (err error) {
 	}
 	_ = run(kubectl, "get", "stepwise,pods", "-A")
 
-	s := sessions.New(server.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
-	if _, err := demo.Refund(waitCtx, os.Stdout, server.Client(), devserver.Namespace, s, demo.SessionID, "Please refund order 7", true); err != nil {
+	s := sessions.New(server.Client(), sessions.AgentOf(&agent))
+	if _, err := demo.Refund(waitCtx, os.Stdout, s, demo.SessionID, "Please refund order 7", true); err != nil {
 		return err
 	}
 	if *keep {

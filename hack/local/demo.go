@@ -108,7 +108,7 @@ func startWorker(c client.Client, agent *agentsv1.Agent, binary, workDir string)
 func runDemoSession(out io.Writer, c temporalclient.Client, agent *agentsv1.Agent) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := sessions.New(c, agent.Spec.FlowType, agent.Status.TaskQueue)
-	_, err := demo.Refund(ctx, out, c, "default", s, demo.SessionID, "Please refund order 7", true)
+	s := sessions.New(c, sessions.AgentOf(agent))
+	_, err := demo.Refund(ctx, out, s, demo.SessionID, "Please refund order 7", true)
 	return err
 }

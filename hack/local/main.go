@@ -22,7 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -120,17 +122,20 @@ func run(opts options, out io.Writer) (err error) {
 		cmd.Stdout, cmd.Stderr = out, out
 		return cmd.Run()
 	}
-	step(out, "kubectl apply -f %s", opts.samples)
-	if err := kubectl("apply", "-f", opts.samples); err != nil {
-		return err
-	}
-
 	scheme, err := controller.NewScheme()
 	if err != nil {
 		return err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
+		return err
+	}
+	step(out, "the administrator's ClusterEngine %q: the dev server, for every namespace", localEngine)
+	if err := createLocalEngine(c, opts.engine); err != nil {
+		return err
+	}
+	step(out, "kubectl apply -f %s", opts.samples)
+	if err := kubectl("apply", "-f", opts.samples); err != nil {
 		return err
 	}
 	step(out, "waiting for the Agents to become Ready")
@@ -180,6 +185,27 @@ func run(opts options, out io.Writer) (err error) {
 	return nil
 }
 
+// The local default's ClusterEngine and the operator's namespace, where
+// its Secrets would be.
+const (
+	localEngine       = "local"
+	operatorNamespace = "stepwise-system"
+)
+
+// createLocalEngine makes the operator's namespace and the ClusterEngine
+// of the dev server, which every namespace may use.
+func createLocalEngine(c client.Client, address string) error {
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); client.IgnoreAlreadyExists(err) != nil {
+		return err
+	}
+	err := c.Create(ctx, &agentsv1.ClusterEngine{
+		ObjectMeta: metav1.ObjectMeta{Name: localEngine},
+		Spec:       agentsv1.ClusterEngineSpec{Address: address, Namespace: "default", NamespaceSelector: &metav1.LabelSelector{}},
+	})
+	return client.IgnoreAlreadyExists(err)
+}
+
 // startManager runs the operator binary against the local API server and
 // returns a function that stops it.
 func startManager(opts options, kubeconfig, logPath string) (func() error, error) {
@@ -189,7 +215,8 @@ func startManager(opts options, kubeconfig, logPath string) (func() error, error
 	}
 	cmd := exec.Command(opts.manager,
 		"--kubeconfig", kubeconfig,
-		"--default-engine-address", opts.engine,
+		"--default-engine", localEngine,
+		"--operator-namespace", operatorNamespace,
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",
 	)

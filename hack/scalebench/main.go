@@ -46,6 +46,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/version"
 )
@@ -341,12 +342,12 @@ func startOperator(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Sch
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defaults := render.Defaults{
-		Engine:              &agentsv1.EngineSpec{Address: "temporal-frontend.temporal.svc:7233", Namespace: "default"},
+		DefaultEngine:       benchEngine,
 		WorkerImage:         "ghcr.io/stepwise-run/agent-worker:" + version.Operator,
 		WorkerEngineVersion: version.EngineVersion,
 		MediaHostPathRoots:  []string{mediaRoot},
 	}
-	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults}); err != nil {
+	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults, OperatorNamespace: benchNamespace, Probe: fixedEngine{}}); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -354,6 +355,20 @@ func startOperator(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Sch
 	go func() { op.done <- mgr.Start(ctx) }()
 	return op, nil
 }
+
+// benchEngine is the ClusterEngine every benchmark Agent uses.
+const benchEngine = "bench"
+
+// fixedEngine answers for an engine no Agent's workers reach: the
+// benchmark measures the operator, which asks the engine who it is once
+// per ClusterEngine.
+type fixedEngine struct{}
+
+func (fixedEngine) Identity(context.Context, engineadmin.Connection) (engineadmin.Identity, error) {
+	return engineadmin.Identity{NamespaceID: "00000000-0000-0000-0000-00000000bench", ServerVersion: "1.32.0"}, nil
+}
+
+func (fixedEngine) EnsureSearchAttributes(context.Context, engineadmin.Connection) error { return nil }
 
 // stop stops the manager and waits until it has.
 func (o *runningOperator) stop() error {
@@ -368,6 +383,11 @@ func (o *runningOperator) stop() error {
 // createReferences creates the namespace, and the ToolSources and
 // MediaStores the Agents share.
 func createReferences(ctx context.Context, c client.Client, opts options) error {
+	if err := c.Create(ctx, &agentsv1.ClusterEngine{ObjectMeta: metav1.ObjectMeta{Name: benchEngine}, Spec: agentsv1.ClusterEngineSpec{
+		Address: "temporal-frontend.temporal.svc:7233", Namespace: "default", NamespaceSelector: &metav1.LabelSelector{},
+	}}); err != nil {
+		return err
+	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}); err != nil {
 		return err
 	}

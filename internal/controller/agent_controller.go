@@ -32,6 +32,11 @@ type AgentReconciler struct {
 	APIReader client.Reader
 	// Defaults are the operator-wide settings.
 	Defaults render.Defaults
+	// OperatorNamespace is where the ClusterEngines' Secrets are.
+	OperatorNamespace string
+	// Identities asks an engine of an Agent's namespace's own who it is;
+	// without it such an Agent is never applied.
+	Identities EngineIdentities
 	// RecheckInterval is how soon an Agent blocked by an object the
 	// operator does not watch is checked again.
 	RecheckInterval time.Duration
@@ -50,6 +55,13 @@ type AgentReconciler struct {
 	// Spend reads the Agents' spend counters for status; without it,
 	// status.spend stays unset.
 	Spend SpendCounters
+	// Shared moves Agents' sessions off the shared names; without it, an
+	// Agent keeps polling the shared task queue.
+	Shared SharedNames
+	// SharedSettle is how long new sessions start on an Agent's own task
+	// queue before it gives up the shared one; zero means
+	// DefaultSharedSettle.
+	SharedSettle time.Duration
 	// SpendRecheck is how often an Agent with an agent budget reads its
 	// counter again; zero means DefaultSpendRecheck.
 	SpendRecheck time.Duration
@@ -64,7 +76,10 @@ type AgentReconciler struct {
 // may read /metrics.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-// +kubebuilder:rbac:groups=agents.stepwise.run,resources=toolsources;mediastores,verbs=get;list;watch
+// +kubebuilder:rbac:groups=agents.stepwise.run,resources=toolsources;mediastores;clusterengines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=agents.stepwise.run,resources=clusterengines/status,verbs=get;update;patch
+// Namespaces' labels say which ClusterEngines their Agents may use.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
@@ -122,6 +137,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 			return ctrl.Result{RequeueAfter: r.RecheckInterval}, pass.err
 		}
 	}
+	if pass.recheckShared {
+		return ctrl.Result{RequeueAfter: drainRecheck}, pass.err
+	}
 	if plan := pass.rollout; plan != nil && (plan.Action != rollout.ActionApply || plan.RecheckAfter > 0) {
 		// Only time tells when a worker stopped polling; the pod and
 		// Deployment watches tell the rest, and this is their backstop.
@@ -143,10 +161,12 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if blocker != nil {
 		return blocker
 	}
-	claim := render.FlowClaim(resolved.Engine, agent.Spec.FlowType)
-	if err := r.checkFlowClaim(ctx, agent, resolved.Engine, claim); err != nil {
-		pass.lostClaim = claim
-		return err
+	pass.resolved = resolved
+	for _, claim := range claimsOf(resolved) {
+		if err := r.checkFlowClaim(ctx, agent, claim); err != nil {
+			pass.lostClaim = claim.Label()
+			return err
+		}
 	}
 	worker, err := render.Worker(resolved)
 	if err != nil {
@@ -176,11 +196,14 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if _, err := r.applyChanged(ctx, worker.DisruptionBudget, live.disruptionBudget); err != nil {
 		return err
 	}
-	if err := r.applyEventHubSecret(ctx, worker.EventHubSecret, live.eventHubSecret); err != nil {
+	if err := r.applyOwnedSecret(ctx, worker.EventHubSecret, live.eventHubSecret); err != nil {
+		return err
+	}
+	if err := r.applyOwnedSecret(ctx, worker.EngineSecret, live.engineSecret); err != nil {
 		return err
 	}
 	pass.desiredConfigMap = *worker.ConfigMap.Name
-	desiredLive, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, secrets: observed.Secrets, worker: worker, live: live.deployment}, pass)
+	desiredLive, err := r.rollDeployment(ctx, agent, rolloutPass{resolved: resolved, worker: worker, live: live.deployment}, pass)
 	if err != nil {
 		return err
 	}
@@ -190,7 +213,10 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 		return err
 	}
 	pass.observed.graph = true
-	r.observeSpend(ctx, agent, EngineTarget{Resolved: resolved, Secrets: observed.Secrets}, pass)
+	r.observeSpend(ctx, agent, EngineTarget{Resolved: resolved}, pass)
+	if err := r.moveSharedSessions(ctx, agent, resolved, pass); err != nil {
+		return err
+	}
 	pass.applied = true
 	return nil
 }
@@ -199,7 +225,7 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 // references. Missing objects are left out; Resolve says what that means.
 func (r *AgentReconciler) observeReferences(ctx context.Context, agent *agentsv1.Agent) (render.Observed, error) {
 	observed := render.Observed{ToolSources: map[string]*agentsv1.ToolSource{}}
-	names := secretNames(agentSecretUses(agent, r.Defaults))
+	names := secretNames(render.AgentSecretUses(agent))
 	for _, ref := range agent.Spec.ToolSources {
 		ts := &agentsv1.ToolSource{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: ref.Name}, ts); err != nil {
@@ -227,7 +253,7 @@ func (r *AgentReconciler) observeReferences(ctx context.Context, agent *agentsv1
 		return observed, err
 	}
 	observed.Secrets = secrets
-	return observed, nil
+	return observed, r.observeEngine(ctx, agent, &observed)
 }
 
 // liveWorker is what exists of an Agent's applied worker objects; each is
@@ -238,6 +264,7 @@ type liveWorker struct {
 	deployment       *appsv1.Deployment
 	disruptionBudget *policyv1.PodDisruptionBudget
 	eventHubSecret   *corev1.Secret
+	engineSecret     *corev1.Secret
 }
 
 // checkOwnership refuses to apply over an object of the same name that the
@@ -292,30 +319,44 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	if exists[budget] {
 		live.disruptionBudget = budget
 	}
-	// The operator caches Secrets by metadata only, so the token Secret is
+	// The operator caches Secrets by metadata only, so its own Secrets are
 	// read from the API server.
-	hubSecret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: agent.Namespace, Name: render.EventHubSecretName(agent.Name)}
-	err := r.APIReader.Get(ctx, key, hubSecret)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return liveWorker{}, fmt.Errorf("reading Secret %s: %w", key.Name, err)
-	case !isControlledBy(hubSecret, agent):
-		if worker.EventHubSecret != nil {
-			return liveWorker{}, &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
-				"Secret %q exists and is not owned by this Agent; the operator will not take it over: rename or delete it", key.Name)}
-		}
-	default:
-		live.eventHubSecret = hubSecret
+	var err error
+	if live.eventHubSecret, err = r.ownedSecret(ctx, agent, render.EventHubSecretName(agent.Name), worker.EventHubSecret != nil); err != nil {
+		return liveWorker{}, err
+	}
+	if live.engineSecret, err = r.ownedSecret(ctx, agent, render.EngineSecretName(agent.Name), worker.EngineSecret != nil); err != nil {
+		return liveWorker{}, err
 	}
 	return live, nil
 }
 
-// applyEventHubSecret writes the Agent's publish token Secret, or deletes
-// the one it owns once the operator has no event hub, so no token of a
-// retired hub key lingers.
-func (r *AgentReconciler) applyEventHubSecret(ctx context.Context, desired *corev1ac.SecretApplyConfiguration, live *corev1.Secret) error {
+// ownedSecret reads a Secret the Agent would own; nil when it does not
+// exist, or when another owner has it and the Agent does not need it. One
+// in the way of a Secret the Agent needs blocks it.
+func (r *AgentReconciler) ownedSecret(ctx context.Context, agent *agentsv1.Agent, name string, needed bool) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Secret %s: %w", name, err)
+	case !isControlledBy(secret, agent):
+		if needed {
+			return nil, &render.Blocker{Reason: agentsv1.ReasonOwnedObjectConflict, Message: fmt.Sprintf(
+				"Secret %q exists and is not owned by this Agent; the operator will not take it over: rename or delete it", name)}
+		}
+		return nil, nil
+	}
+	return secret, nil
+}
+
+// applyOwnedSecret writes a Secret the Agent owns, such as its publish
+// token or its engine's credentials, or deletes the one it owns once it
+// needs it no more, so no token of a retired hub key and no credential of
+// an engine the Agent left lingers.
+func (r *AgentReconciler) applyOwnedSecret(ctx context.Context, desired *corev1ac.SecretApplyConfiguration, live *corev1.Secret) error {
 	if desired != nil {
 		_, err := r.applyChanged(ctx, desired, live)
 		return err
@@ -455,25 +496,35 @@ func (r *AgentReconciler) pruneConfigMaps(ctx context.Context, agent *agentsv1.A
 }
 
 // keepScale follows spec.workers.replicas on the existing Deployment while
-// the Agent is blocked, so an autoscaler or kubectl scale still works, and
-// scales to zero the workers of an Agent that lost a Flow type claim it was
-// running. Nothing else of a blocked Agent is applied.
+// the Agent is blocked, so an autoscaler or kubectl scale still works; it
+// scales to zero the workers of an Agent that lost a claim it was running,
+// and every worker of an Agent that may no longer use its engine, whose
+// credentials it also takes back. Nothing else of a blocked Agent is
+// applied.
 func (r *AgentReconciler) keepScale(ctx context.Context, agent *agentsv1.Agent, pass *agentPass) error {
-	if pass.lostClaim != "" {
+	revoked := pass.blocker.Reason == agentsv1.ReasonEngineNotAllowed
+	if pass.lostClaim != "" || revoked {
 		sets, err := r.listWorkerSets(ctx, agent, nil)
 		if err != nil {
 			return err
 		}
 		for _, d := range sets.all() {
-			if d.Labels[render.LabelFlowClaim] == pass.lostClaim {
+			if revoked || d.Labels[render.LabelFlowClaim] == pass.lostClaim || d.Labels[render.LabelSharedFlowClaim] == pass.lostClaim {
 				if err := r.scaleDeployment(ctx, d, 0); err != nil {
 					return err
 				}
 			}
 		}
 	}
+	if revoked {
+		secret, err := r.ownedSecret(ctx, agent, render.EngineSecretName(agent.Name), false)
+		if err != nil {
+			return err
+		}
+		return r.applyOwnedSecret(ctx, nil, secret)
+	}
 	d := pass.deployment
-	if d == nil || (pass.lostClaim != "" && d.Labels[render.LabelFlowClaim] == pass.lostClaim) {
+	if d == nil || (pass.lostClaim != "" && (d.Labels[render.LabelFlowClaim] == pass.lostClaim || d.Labels[render.LabelSharedFlowClaim] == pass.lostClaim)) {
 		return nil
 	}
 	return r.scaleDeployment(ctx, d, render.DesiredReplicas(agent))

@@ -23,6 +23,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -80,8 +81,9 @@ var _ = Describe("Agent reconciler", func() {
 		cfg, err := workerconfig.Decode([]byte(doc))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cfg.FlowType).To(Equal(agent.Spec.FlowType))
-		Expect(cfg.Engine.Address).To(Equal(defaultEngineAddress))
-		Expect(cfg.Engine.TaskQueue).To(Equal("stepwise/" + agent.Spec.FlowType))
+		Expect(cfg.Engine.Address).To(Equal(temporal.FrontendHostPort()))
+		Expect(cfg.Engine.TaskQueue).To(Equal("stepwise/" + ns + "/" + agent.Spec.FlowType))
+		Expect(cfg.Agent).To(Equal(workerconfig.AgentRef{Namespace: ns, Name: agent.Name, UID: string(agent.UID)}))
 		Expect(cfg.TaskSlots).To(Equal(int32(100)))
 		Expect(cfg.ToolSources).To(HaveLen(1))
 		Expect(cfg.ToolSources[0].SourceName).To(Equal("files"))
@@ -123,7 +125,9 @@ var _ = Describe("Agent reconciler", func() {
 		Expect(metav1.IsControlledBy(tokenSecret, agent)).To(BeTrue())
 
 		By("reporting what it applied")
-		Expect(agent.Status.TaskQueue).To(Equal("stepwise/" + agent.Spec.FlowType))
+		Expect(agent.Status.TaskQueue).To(Equal("stepwise/" + ns + "/" + agent.Spec.FlowType))
+		Expect(agent.Status.SharedTaskQueue).To(BeEmpty())
+		Expect(agent.Status.EngineID).To(Equal(engineID()))
 		Expect(agent.Status.Selector).To(Equal(render.Selector(agent.Name)))
 		Expect(agent.Status.ObservedGeneration).To(Equal(agent.Generation))
 		graph := owned[1].(*corev1.ConfigMap)
@@ -488,120 +492,6 @@ var _ = Describe("Agent reconciler", func() {
 		})
 	})
 
-	Describe("Flow type claims", func() {
-		It("lets the first claimant keep its workers and reports the conflict on the other", func() {
-			first := agentFixture(ns, "first", withFlowType("ClaimedAgent"))
-			create(first)
-			expectReady(first)
-
-			otherNS := newNamespace()
-			second := agentFixture(otherNS, "second", withFlowType("ClaimedAgent"))
-			create(second)
-			Eventually(conditionOf(second, agentsv1.ConditionReady)).Should(And(
-				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
-				HaveField("Message", ContainSubstring(`Agent `+ns+`/first already runs workers for Flow type "ClaimedAgent"`))))
-			err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: otherNS, Name: render.WorkerName(second.Name)}, &appsv1.Deployment{})
-			Expect(apierrors.IsNotFound(err)).To(BeTrue())
-			expectReady(first)
-
-			By("allowing the same Flow type on another engine namespace")
-			third := agentFixture(otherNS, "third", withFlowType("ClaimedAgent"), withEngine(defaultEngineAddress, "staging"))
-			create(third)
-			expectReady(third)
-
-			By("handing the claim over when the first claimant goes away")
-			Expect(k8sClient.Delete(suiteCtx, first)).To(Succeed())
-			expectReady(second)
-		})
-
-		It("never takes workers away from the claimant that runs them, even for an older Agent", func() {
-			older := agentFixture(ns, "older", withFlowType("MovedAgent"), withEngine(defaultEngineAddress, "green"))
-			create(older)
-			expectReady(older)
-			holder := agentFixture(ns, "holder", withFlowType("MovedAgent"), withEngine(defaultEngineAddress, "blue"))
-			create(holder)
-			expectReady(holder)
-
-			// The older Agent moves onto the namespace where the holder runs;
-			// its workers keep serving the namespace it left.
-			Expect(change(older, func(a *agentsv1.Agent) { a.Spec.Engine.Namespace = "blue" })).To(Succeed())
-			Eventually(conditionOf(older, agentsv1.ConditionReady)).Should(And(
-				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
-				HaveField("Message", ContainSubstring("Agent "+ns+"/holder already runs workers"))))
-			expectReady(holder)
-			Expect(*workerDeployment(Default, older).Spec.Replicas).To(Equal(int32(1)))
-
-			By("keeping the claim with the holder while its own spec moves away and is blocked")
-			Expect(change(holder, func(a *agentsv1.Agent) {
-				a.Spec.Engine.Namespace = "red"
-				a.Spec.ToolSources = []agentsv1.LocalObjectReference{{Name: "not-yet"}}
-			})).To(Succeed())
-			Eventually(conditionOf(holder, agentsv1.ConditionReady)).Should(
-				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonToolSourceNotFound))
-			Consistently(conditionOf(older, agentsv1.ConditionReady)).Should(
-				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict))
-
-			By("handing it over once the holder's workers serve the new namespace")
-			create(toolSourceFixture(ns, "not-yet"))
-			expectReady(holder, older)
-		})
-
-		It("counts every spelling of one engine address as one claim", func() {
-			holder := agentFixture(ns, "holder", withFlowType("SpeltAgent"), withEngine("temporal.example.com:7233", "agents"))
-			create(holder)
-			expectReady(holder)
-
-			for i, address := range []string{"TEMPORAL.example.com:7233", "temporal.example.com.:7233", "temporal.example.com:07233"} {
-				respelt := agentFixture(newNamespace(), fmt.Sprintf("respelt-%d", i), withFlowType("SpeltAgent"), withEngine(address, "agents"))
-				create(respelt)
-				Eventually(conditionOf(respelt, agentsv1.ConditionReady)).Should(And(
-					haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict),
-					HaveField("Message", ContainSubstring(`Agent `+ns+`/holder already runs workers for Flow type "SpeltAgent"`))),
-					"engine address %s", address)
-				err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: respelt.Namespace, Name: render.WorkerName(respelt.Name)}, &appsv1.Deployment{})
-				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "engine address %s got workers", address)
-			}
-			expectReady(holder)
-
-			By("keeping a namespace in other case apart: self-hosted Temporal namespaces are case-sensitive")
-			other := agentFixture(newNamespace(), "other-case", withFlowType("SpeltAgent"), withEngine("temporal.example.com:7233", "Agents"))
-			create(other)
-			expectReady(other)
-		})
-
-		It("scales to zero the workers of an Agent that claimed at the same time and lost", func() {
-			// Created in the same second, the two tie on age, and the name
-			// decides: either way the first created keeps the claim.
-			winner := agentFixture(ns, "a-winner", withFlowType("RacedAgent"))
-			create(winner)
-			expectReady(winner)
-			loser := agentFixture(ns, "b-loser", withFlowType("RacedAgent"), withReplicas(2))
-			create(loser)
-			Eventually(conditionOf(loser, agentsv1.ConditionReady)).Should(
-				haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonFlowTypeConflict))
-
-			// What a race leaves behind: the loser's workers, applied before it
-			// saw the winner's.
-			raced := workerDeployment(Default, winner).DeepCopy()
-			labels := maps.Clone(raced.Labels)
-			labels[render.LabelAgent], labels[render.LabelInstance] = loser.Name, loser.Name
-			raced.ObjectMeta = metav1.ObjectMeta{
-				Namespace: ns, Name: render.WorkerName(loser.Name), Labels: labels,
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
-					Name: loser.Name, UID: loser.UID, Controller: ptr.To(true)}},
-			}
-			raced.Spec.Selector = &metav1.LabelSelector{MatchLabels: render.SelectorLabels(loser.Name)}
-			raced.Spec.Template.Labels = labels
-			raced.Spec.Replicas = ptr.To(int32(2))
-			raced.Status = appsv1.DeploymentStatus{}
-			create(raced)
-
-			Eventually(func(g Gomega) int32 { return *workerDeployment(g, loser).Spec.Replicas }).Should(Equal(int32(0)))
-			expectReady(winner)
-			Expect(*workerDeployment(Default, winner).Spec.Replicas).To(Equal(int32(1)))
-		})
-	})
-
 	Describe("scaling", func() {
 		It("follows kubectl scale on the Agent and reports the scale subresource", func() {
 			agent := agentFixture(ns, "scaled", withReplicas(1))
@@ -736,7 +626,7 @@ var _ = Describe("Agent reconciler", func() {
 			Consistently(func(g Gomega) rollout.Worker { return workerOf(workerDeployment(g, agent)) }).Should(Equal(old))
 
 			By("waiting while an old worker polled the task queue too recently")
-			testEngine.set(render.TaskQueue(agent.Spec.FlowType), rollout.Poller{Identity: "1@upgraded-old-0@", TaskQueueType: "workflow", LastAccess: time.Now()})
+			testEngine.set(tenancy.Tenant(ns, agent.Spec.FlowType).TaskQueue(), rollout.Poller{Identity: "1@upgraded-old-0@", TaskQueueType: "workflow", LastAccess: time.Now()})
 			for _, pod := range pods {
 				releasePod(pod)
 			}
@@ -744,7 +634,7 @@ var _ = Describe("Agent reconciler", func() {
 			Consistently(func(g Gomega) rollout.Worker { return workerOf(workerDeployment(g, agent)) }).Should(Equal(old))
 
 			By("starting the new workers once no old one exists or polls")
-			testEngine.set(render.TaskQueue(agent.Spec.FlowType))
+			testEngine.set(tenancy.Tenant(ns, agent.Spec.FlowType).TaskQueue())
 			Eventually(func(g Gomega) {
 				d := workerDeployment(g, agent)
 				g.Expect(workerOf(d)).To(Equal(newWorker))
@@ -765,7 +655,7 @@ var _ = Describe("Agent reconciler", func() {
 			expectReady(agent)
 			a := rollout.Worker{EngineVersion: "0.5.0", Image: "registry.example/worker:0.5.0"}
 			b := rollout.Worker{EngineVersion: "0.5.0", Image: "registry.example/worker:0.5.0-fix"}
-			name := render.WorkerDeploymentName(agent.Spec.FlowType)
+			name := tenancy.Tenant(ns, agent.Spec.FlowType).WorkerDeployment()
 			versionDeployment := func(g Gomega, w rollout.Worker) *appsv1.Deployment {
 				d := &appsv1.Deployment{}
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.VersionedWorkerName(agent.Name, w.BuildID())}, d)).To(Succeed())
@@ -778,7 +668,7 @@ var _ = Describe("Agent reconciler", func() {
 					ReadyReplicas: *d.Spec.Replicas, AvailableReplicas: *d.Spec.Replicas, UpdatedReplicas: *d.Spec.Replicas}
 				Expect(k8sClient.Status().Update(suiteCtx, d)).To(Succeed())
 			}
-			engineCalls := func() []string { _, calls := testEngine.engineState(agent.Spec.FlowType); return calls }
+			engineCalls := func() []string { _, calls := testEngine.engineState(name); return calls }
 			versions := func(g Gomega) []agentsv1.WorkerVersion {
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
 				return agent.Status.WorkerVersions
@@ -820,7 +710,7 @@ var _ = Describe("Agent reconciler", func() {
 			Consistently(func(g Gomega) { versionDeployment(g, a) }).Should(Succeed()) // drains first
 
 			By("removing the drained version's Deployment, then its engine record")
-			testEngine.drain(agent.Spec.FlowType, a.BuildID())
+			testEngine.drain(name, a.BuildID())
 			Eventually(func() bool {
 				return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(first), &appsv1.Deployment{}))
 			}).Should(BeTrue())
@@ -856,7 +746,7 @@ var _ = Describe("Agent reconciler", func() {
 			create(agent)
 			expectReady(agent)
 			old := workerOf(workerDeployment(Default, agent))
-			testEngine.fail(render.TaskQueue(agent.Spec.FlowType), errors.New("connection refused"))
+			testEngine.fail(tenancy.Tenant(ns, agent.Spec.FlowType).TaskQueue(), errors.New("connection refused"))
 			Expect(change(agent, func(a *agentsv1.Agent) {
 				a.Spec.Workers.Image, a.Spec.Workers.EngineVersion = "registry.example/worker:0.4.0", "0.4.0"
 			})).To(Succeed())

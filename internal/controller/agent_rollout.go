@@ -15,6 +15,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 // TaskQueuePollers reads which workers poll an Agent's task queue on its
@@ -22,7 +23,7 @@ import (
 // workers, since a worker whose pod is gone from the API server (a node
 // cut off, a pod deleted by force) may still run.
 type TaskQueuePollers interface {
-	Pollers(ctx context.Context, resolved *render.Resolved, secrets map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error)
+	Pollers(ctx context.Context, target EngineTarget, taskQueue string) ([]rollout.Poller, error)
 }
 
 // Rollout timing defaults.
@@ -31,15 +32,20 @@ const (
 	// a worker in the middle of a poll always counts as polling.
 	DefaultPollerQuietPeriod = rollout.DefaultPollerQuietPeriod
 	defaultRolloutRecheck    = 2 * time.Second
+	// drainRecheck is how often an Agent whose sessions move off the
+	// shared names looks again and wakes those still there.
+	drainRecheck = 10 * time.Second
 )
 
 // rolloutPass is what the executor needs of one pass.
 type rolloutPass struct {
 	resolved *render.Resolved
-	secrets  map[string]*corev1.Secret
 	worker   *render.WorkerObjects
 	live     *appsv1.Deployment
 }
+
+// target is the engine the pass's Agent runs on.
+func (in rolloutPass) target() EngineTarget { return EngineTarget{Resolved: in.resolved} }
 
 // rollDeployment plans the pass's rollout step and carries it out: it
 // applies the desired worker Deployment, stops workers, moves sessions, or
@@ -106,11 +112,11 @@ func (r *AgentReconciler) leftoverVersions(ctx context.Context, agent *agentsv1.
 	if !r.VersionedRollouts || r.WorkerDeployments == nil {
 		return nil
 	}
-	target := EngineTarget{Resolved: in.resolved, Secrets: in.secrets}
+	target := in.target()
 	if supported, _, err := r.WorkerDeployments.Versioning(ctx, target); err != nil || !supported {
 		return nil
 	}
-	engine := r.readEngine(ctx, target, render.WorkerDeploymentName(agent.Spec.FlowType))
+	engine := r.readEngine(ctx, agent, in)
 	if engine.Error != "" {
 		log.FromContext(ctx).Info("cannot read the Worker Deployment for versions left to delete", "error", engine.Error)
 		return nil
@@ -144,13 +150,26 @@ func (r *AgentReconciler) readGate(ctx context.Context, agent *agentsv1.Agent, i
 		gate.PollersError = "the operator has no connection to the engine to read the task queue's pollers"
 		return gate
 	}
-	pollers, err := r.Pollers.Pollers(ctx, in.resolved, in.secrets, render.TaskQueue(agent.Spec.FlowType))
-	if err != nil {
-		gate.PollersError = err.Error()
-		return gate
+	for _, taskQueue := range workerTaskQueues(agent, in.resolved) {
+		pollers, err := r.Pollers.Pollers(ctx, in.target(), taskQueue)
+		if err != nil {
+			gate.PollersError = err.Error()
+			return gate
+		}
+		gate.Pollers = append(gate.Pollers, pollers...)
 	}
-	gate.Pollers = pollers
 	return gate
+}
+
+// workerTaskQueues are the task queues any worker of the Agent may poll:
+// its own, and the shared one where workers of engine 0.7.0 and earlier
+// ran, or run, its sessions.
+func workerTaskQueues(agent *agentsv1.Agent, resolved *render.Resolved) []string {
+	queues := []string{tenancy.Tenant(agent.Namespace, agent.Spec.FlowType).TaskQueue()}
+	if resolved.Names.IsShared() || render.KeepsSharedNames(agent) {
+		queues = append(queues, tenancy.Shared(agent.Spec.FlowType).TaskQueue())
+	}
+	return queues
 }
 
 // workerPods lists the Agent's worker pods, terminating ones included.

@@ -14,7 +14,7 @@ import (
 // SpendCounters reads an Agent's spend counter on its engine, for the
 // Agent's status.
 type SpendCounters interface {
-	SpendCounter(ctx context.Context, target EngineTarget, flowType string) (spend.Counter, error)
+	SpendCounter(ctx context.Context, target EngineTarget) (spend.Counter, error)
 }
 
 // DefaultSpendRecheck is how often the status of an Agent with an agent
@@ -23,12 +23,12 @@ type SpendCounters interface {
 const DefaultSpendRecheck = 30 * time.Second
 
 // SpendCounter implements SpendCounters.
-func (e *Engines) SpendCounter(ctx context.Context, target EngineTarget, flowType string) (spend.Counter, error) {
+func (e *Engines) SpendCounter(ctx context.Context, target EngineTarget) (spend.Counter, error) {
 	conn, err := e.connection(target)
 	if err != nil {
 		return spend.Counter{}, err
 	}
-	return e.Client.SpendCounter(ctx, conn, flowType)
+	return e.Client.SpendCounter(ctx, conn, target.Resolved.Names)
 }
 
 // observeSpend reads the agent budget's counter for status. A failed read
@@ -40,7 +40,7 @@ func (r *AgentReconciler) observeSpend(ctx context.Context, agent *agentsv1.Agen
 		pass.spend, pass.observed.spend = nil, true
 		return
 	}
-	counter, err := r.Spend.SpendCounter(ctx, target, agent.Spec.FlowType)
+	counter, err := r.Spend.SpendCounter(ctx, target)
 	if err != nil {
 		log.FromContext(ctx).Info("the spend counter could not be read; status.spend keeps its last value", "error", err.Error())
 		return

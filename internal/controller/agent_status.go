@@ -24,8 +24,14 @@ type agentPass struct {
 	err error
 	// applied is true when every owned object was applied.
 	applied bool
-	// lostClaim is the Flow type claim the Agent lost to another Agent.
+	// lostClaim is the label of the claim the Agent lost to another Agent.
 	lostClaim string
+	// resolved is the Agent with its references checked; nil when the
+	// pass did not get that far.
+	resolved *render.Resolved
+	// recheckShared says sessions still move off the shared names, and
+	// sharedRetired that none is left and the Agent leaves them.
+	recheckShared, sharedRetired bool
 	// deployment is the worker Deployment as the API server last returned
 	// it; nil when it does not exist or was not observed.
 	deployment *appsv1.Deployment
@@ -72,14 +78,16 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 		status.ObservedGeneration = agent.Generation
 	}
 	if pass.observed.deployment {
-		status.Replicas, status.ReadyReplicas, status.ConfigDigest, status.TaskQueue = 0, 0, "", ""
+		status.Replicas, status.ReadyReplicas, status.ConfigDigest = 0, 0, ""
 		if d := pass.deployment; d != nil {
 			status.Replicas = d.Status.Replicas
 			status.ReadyReplicas = d.Status.ReadyReplicas
 			status.ConfigDigest = d.Spec.Template.Annotations[render.AnnotationConfigDigest]
-			status.TaskQueue = render.TaskQueue(agent.Spec.FlowType)
 		}
 		setWorkersAvailableCondition(&status, agent.Generation, pass.deployment, pass.rollout)
+	}
+	if r := pass.resolved; r != nil {
+		setNames(&status, r, pass)
 	}
 	if pass.observed.graph {
 		status.SessionFlowGraph = nil
@@ -107,6 +115,30 @@ func agentStatus(agent *agentsv1.Agent, pass agentPass) agentsv1.AgentStatus {
 	setAgentReadyCondition(&status, agent.Generation, pass)
 	setStalledCondition(&status, agent.Generation, pass)
 	return status
+}
+
+// setNames records the engine and the names the Agent's sessions run
+// under. New sessions start under the desired workers' names once those
+// take them (the rollout made them current, or nothing else is left), and
+// until then where they started before. The shared names stay recorded
+// while sessions run under them, and once left are never recorded again:
+// no tenant writes status, so only an Agent whose sessions ran under them
+// keeps them.
+func setNames(status *agentsv1.AgentStatus, r *render.Resolved, pass agentPass) {
+	status.EngineID = r.EngineID
+	desired := r.Names.TaskQueue()
+	taking := pass.rollout != nil && (pass.rollout.Phase == rollout.PhaseComplete || pass.rollout.Phase == rollout.PhaseDraining)
+	if taking || status.TaskQueue == "" {
+		status.TaskQueue = desired
+	}
+	switch {
+	case r.Names.IsShared():
+		status.SharedTaskQueue = desired
+	case pass.sharedRetired:
+		status.SharedTaskQueue = ""
+	case r.SharedTaskQueue != "":
+		status.SharedTaskQueue = r.SharedTaskQueue
+	}
 }
 
 // rolloutStrategy is how the rollout to the desired version moves the

@@ -15,6 +15,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 func deployment(replicas, available, updated int32, current bool) *appsv1.Deployment {
@@ -97,8 +98,8 @@ func TestAgentStatusConditions(t *testing.T) {
 			if status.Selector != render.Selector("support") {
 				t.Errorf("selector = %q", status.Selector)
 			}
-			if tt.pass.deployment != nil && (status.ConfigDigest != "sha256:abc" || status.TaskQueue != "stepwise/SupportAgent") {
-				t.Errorf("digest %q task queue %q, want them from the Deployment", status.ConfigDigest, status.TaskQueue)
+			if tt.pass.deployment != nil && status.ConfigDigest != "sha256:abc" {
+				t.Errorf("digest %q, want it from the Deployment", status.ConfigDigest)
 			}
 		})
 	}
@@ -271,5 +272,47 @@ func TestReferenceStatusAfterAFailedPass(t *testing.T) {
 	}
 	if s := toolSourceStatus(ts, referencePass{}); s.ObservedGeneration != 2 {
 		t.Errorf("a ready ToolSource's observedGeneration = %d, want 2", s.ObservedGeneration)
+	}
+}
+
+// TestSetNames holds where new sessions start, and whether the shared names
+// are kept, to what each pass found: new sessions start under the desired
+// workers' names once those take them, the shared names stay recorded
+// while sessions run under them, and once given up are never recorded
+// again.
+func TestSetNames(t *testing.T) {
+	own, shared := tenancy.Tenant("team", "SupportAgent"), tenancy.Shared("SupportAgent")
+	resolved := func(names tenancy.Names, sharedQueue string) *render.Resolved {
+		return &render.Resolved{EngineID: "engine-1", Names: names, SharedTaskQueue: sharedQueue}
+	}
+	phase := func(p rollout.Phase) *rollout.Plan { return &rollout.Plan{Phase: p} }
+	tests := []struct {
+		name                string
+		before              agentsv1.AgentStatus
+		pass                agentPass
+		taskQueue, keepsOld string
+	}{
+		{"a new Agent starts under its own names", agentsv1.AgentStatus{},
+			agentPass{resolved: resolved(own, ""), rollout: phase(rollout.PhaseRollingUpdate)}, own.TaskQueue(), ""},
+		{"an earlier operator's Agent on 0.7.0 keeps the shared names", agentsv1.AgentStatus{TaskQueue: shared.TaskQueue()},
+			agentPass{resolved: resolved(shared, ""), rollout: phase(rollout.PhaseComplete)}, shared.TaskQueue(), shared.TaskQueue()},
+		{"moving to 0.8.0: new sessions start on the shared queue until the new workers take them",
+			agentsv1.AgentStatus{TaskQueue: shared.TaskQueue(), SharedTaskQueue: shared.TaskQueue()},
+			agentPass{resolved: resolved(own, shared.TaskQueue()), rollout: phase(rollout.PhaseRollingUpdate)}, shared.TaskQueue(), shared.TaskQueue()},
+		{"moving to 0.8.0: once they take them, under the Agent's own",
+			agentsv1.AgentStatus{TaskQueue: shared.TaskQueue(), SharedTaskQueue: shared.TaskQueue()},
+			agentPass{resolved: resolved(own, shared.TaskQueue()), rollout: phase(rollout.PhaseDraining)}, own.TaskQueue(), shared.TaskQueue()},
+		{"no session left under the shared names: they are given up",
+			agentsv1.AgentStatus{TaskQueue: own.TaskQueue(), SharedTaskQueue: shared.TaskQueue()},
+			agentPass{resolved: resolved(own, shared.TaskQueue()), rollout: phase(rollout.PhaseComplete), sharedRetired: true}, own.TaskQueue(), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status := tt.before
+			setNames(&status, tt.pass.resolved, tt.pass)
+			if status.TaskQueue != tt.taskQueue || status.SharedTaskQueue != tt.keepsOld || status.EngineID != "engine-1" {
+				t.Errorf("task queue %q, shared %q, engine %q; want %q, %q, engine-1", status.TaskQueue, status.SharedTaskQueue, status.EngineID, tt.taskQueue, tt.keepsOld)
+			}
+		})
 	}
 }

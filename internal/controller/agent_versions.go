@@ -8,7 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -17,13 +16,13 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 // EngineTarget is the engine an Agent's workers use, reached as they reach
 // it.
 type EngineTarget struct {
 	Resolved *render.Resolved
-	Secrets  map[string]*corev1.Secret
 }
 
 // WorkerDeployments does, on an Agent's engine, what a versioned rollout
@@ -100,7 +99,7 @@ func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, s
 	if !r.VersionedRollouts || r.WorkerDeployments == nil || !rollout.MovesBetweenTurnsIn(in.resolved.EngineVersion) {
 		return false
 	}
-	supported, reason, err := r.WorkerDeployments.Versioning(ctx, EngineTarget{Resolved: in.resolved, Secrets: in.secrets})
+	supported, reason, err := r.WorkerDeployments.Versioning(ctx, in.target())
 	if err != nil {
 		log.FromContext(ctx).Info("cannot ask the engine whether it offers Worker Deployments", "error", err.Error())
 		return len(sets.versioned) > 0
@@ -118,8 +117,7 @@ func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, s
 func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass,
 	desired rollout.Desired, sets workerSets, pods []rollout.Pod, engine *rollout.Engine,
 ) (*appsv1.Deployment, error) {
-	target := EngineTarget{Resolved: in.resolved, Secrets: in.secrets}
-	name := render.WorkerDeploymentName(agent.Spec.FlowType)
+	target := in.target()
 	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods, Engine: engine}
 	key := rollout.Unversioned
 	if desired.Versioned {
@@ -138,7 +136,7 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 			break
 		}
 		if plan.NeedsEngine {
-			obs.Engine = r.readEngine(ctx, target, name)
+			obs.Engine = r.readEngine(ctx, agent, in)
 		}
 		if plan.NeedsGate {
 			obs.Gate = r.readGate(ctx, agent, in)
@@ -149,7 +147,7 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 
 	object := in.worker.Deployment
 	if desired.Versioned {
-		object = render.Versioned(object, agent.Name, agent.Spec.FlowType)
+		object = render.Versioned(object, agent.Name, in.resolved.Names)
 	}
 	live := sets.byKey(key)
 	var problems []string
@@ -173,17 +171,20 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 		}
 	}
 	if plan.MakeCurrent {
-		if err := r.WorkerDeployments.SetCurrentVersion(ctx, target, name, plan.CurrentBuildID); err != nil {
+		if err := r.makeCurrent(ctx, agent, in, plan.CurrentBuildID); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
+	if err := r.releaseSharedDeployment(ctx, agent, in, plan, obs.Engine); err != nil {
+		problems = append(problems, err.Error())
+	}
 	for _, buildID := range plan.Move {
-		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, name, buildID); err != nil {
+		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
 	for _, buildID := range plan.Unpin {
-		if _, err := r.WorkerDeployments.Unpin(ctx, target, name, buildID); err != nil {
+		if _, err := r.WorkerDeployments.Unpin(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -193,7 +194,7 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 		}
 	}
 	for _, buildID := range plan.DeleteVersions {
-		if err := r.WorkerDeployments.DeleteVersion(ctx, target, name, buildID); err != nil {
+		if err := r.WorkerDeployments.DeleteVersion(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -208,17 +209,120 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 	return live, nil
 }
 
-// readEngine reads the Agent's Worker Deployment for the planner; a failed
-// read is the planner's to report.
-func (r *AgentReconciler) readEngine(ctx context.Context, target EngineTarget, name string) *rollout.Engine {
+// readEngine reads the Agent's Worker Deployment for the planner, with the
+// shared Worker Deployment of engine 0.7.0 and earlier where the Agent's
+// sessions ran or run under the shared names: one view of every version,
+// each known by its build ID, which names its engine version and so its
+// Worker Deployment. The current version is that of the desired workers'
+// Worker Deployment. A failed read is the planner's to report.
+func (r *AgentReconciler) readEngine(ctx context.Context, agent *agentsv1.Agent, in rolloutPass) *rollout.Engine {
 	if r.WorkerDeployments == nil {
 		return &rollout.Engine{Error: "the operator has no connection to the engine"}
 	}
-	e, err := r.WorkerDeployments.Describe(ctx, target, name)
-	if err != nil {
-		return &rollout.Engine{Error: err.Error()}
+	own := in.resolved.Names.WorkerDeployment()
+	merged := &rollout.Engine{}
+	others := ""
+	for _, name := range workerDeploymentsOf(agent, in.resolved) {
+		e, err := r.WorkerDeployments.Describe(ctx, in.target(), name)
+		if err != nil {
+			return &rollout.Engine{Error: err.Error()}
+		}
+		if name == own {
+			merged.Current = e.Current
+		} else if others == "" {
+			others = e.Current
+		}
+		for _, v := range e.Versions {
+			v.Deployment = name
+			merged.Versions = append(merged.Versions, v)
+		}
 	}
-	return &e
+	if merged.Current == rollout.Unversioned {
+		// Leaving versioning makes every Worker Deployment unversioned.
+		merged.Current = others
+	}
+	return merged
+}
+
+// makeCurrent makes a version current in its Worker Deployment; the
+// unversioned workers, in every Worker Deployment of the Agent that has a
+// current version.
+func (r *AgentReconciler) makeCurrent(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, buildID string) error {
+	if buildID != rollout.Unversioned {
+		return r.WorkerDeployments.SetCurrentVersion(ctx, in.target(), in.resolved.Names.WorkerDeployment(), buildID)
+	}
+	for _, name := range workerDeploymentsOf(agent, in.resolved) {
+		e, err := r.WorkerDeployments.Describe(ctx, in.target(), name)
+		if err != nil {
+			return err
+		}
+		if e.Current == rollout.Unversioned {
+			continue
+		}
+		if err := r.WorkerDeployments.SetCurrentVersion(ctx, in.target(), name, rollout.Unversioned); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workerDeploymentsOf are the Worker Deployments the Agent's versioned
+// workers may have joined: the desired workers', and the shared one where
+// workers of engine 0.7.0 and earlier ran its sessions.
+func workerDeploymentsOf(agent *agentsv1.Agent, resolved *render.Resolved) []string {
+	own := resolved.Names.WorkerDeployment()
+	names := []string{own}
+	for _, n := range []tenancy.Names{tenancy.Tenant(agent.Namespace, agent.Spec.FlowType), tenancy.Shared(agent.Spec.FlowType)} {
+		if d := n.WorkerDeployment(); d != own && (!n.IsShared() || render.KeepsSharedNames(agent) || resolved.Names.IsShared()) {
+			names = append(names, d)
+		}
+	}
+	return names
+}
+
+// deploymentOf is the Worker Deployment a version of the Agent's workers
+// joined: the one the engine keeps it in, or else the one its worker
+// Deployment's flag names, or else the desired workers'.
+func deploymentOf(engine *rollout.Engine, sets workerSets, in rolloutPass, buildID string) string {
+	if engine != nil {
+		for _, v := range engine.Versions {
+			if v.BuildID == buildID && v.Deployment != "" {
+				return v.Deployment
+			}
+		}
+	}
+	if d := sets.versioned[buildID]; d != nil {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, arg := range c.Args {
+				if name, ok := strings.CutPrefix(arg, "--deployment-name="); ok {
+					return name
+				}
+			}
+		}
+	}
+	return in.resolved.Names.WorkerDeployment()
+}
+
+// releaseSharedDeployment hands the sessions of the shared Worker
+// Deployment to the unversioned workers that move them to the Agent's own
+// names, once the desired workers, which run those, are current: its
+// current version becomes unversioned, so a session pinned to an old
+// version moves at its next turn boundary, as in any versioned rollout,
+// and no version of the Agent's own Worker Deployment ever polls the
+// shared task queue.
+func (r *AgentReconciler) releaseSharedDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, plan rollout.Plan, engine *rollout.Engine) error {
+	if in.resolved.SharedTaskQueue == "" || engine == nil || engine.Error != "" {
+		return nil
+	}
+	if plan.Phase != rollout.PhaseDraining && plan.Phase != rollout.PhaseComplete {
+		return nil
+	}
+	shared := tenancy.Shared(agent.Spec.FlowType).WorkerDeployment()
+	e, err := r.WorkerDeployments.Describe(ctx, in.target(), shared)
+	if err != nil || e.Current == rollout.Unversioned {
+		return err
+	}
+	return r.WorkerDeployments.SetCurrentVersion(ctx, in.target(), shared, rollout.Unversioned)
 }
 
 // removeWorkerSet deletes a worker Deployment whose sessions have moved;
@@ -243,6 +347,7 @@ type Engines struct {
 	mu         sync.Mutex
 	versioning map[string]versioningAnswer
 	described  map[string]describedAnswer
+	identities map[string]identityAnswer
 }
 
 // describedAnswer is a Worker Deployment as the engine last described it,
@@ -268,12 +373,12 @@ type versioningAnswer struct {
 const versioningTTL = 5 * time.Minute
 
 func (e *Engines) connection(target EngineTarget) (engineadmin.Connection, error) {
-	return engineadmin.ConnectionFor(target.Resolved, target.Secrets)
+	return engineadmin.ConnectionFor(target.Resolved)
 }
 
 // Pollers implements TaskQueuePollers.
-func (e *Engines) Pollers(ctx context.Context, resolved *render.Resolved, secrets map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
-	conn, err := e.connection(EngineTarget{Resolved: resolved, Secrets: secrets})
+func (e *Engines) Pollers(ctx context.Context, target EngineTarget, taskQueue string) ([]rollout.Poller, error) {
+	conn, err := e.connection(target)
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,15 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&appsv1.Deployment{}, onLabelChange(render.LabelFlowClaim, func(ctx context.Context, _ client.Object, claim string) []reconcile.Request {
 			return r.claimRivals(ctx, claim)
 		})).
+		Watches(&appsv1.Deployment{}, onLabelChange(render.LabelSharedFlowClaim, func(ctx context.Context, _ client.Object, claim string) []reconcile.Request {
+			return r.claimRivals(ctx, claim)
+		})).
+		Watches(&agentsv1.ClusterEngine{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, ce client.Object) []reconcile.Request {
+			return r.listAgents(ctx, client.MatchingFields{indexAgentClusterEngine: ce.GetName()})
+		})).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, ns client.Object) []reconcile.Request {
+			return r.listAgents(ctx, client.InNamespace(ns.GetName()))
+		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&agentsv1.Agent{}, r.rivalsOfDepartingAgent()).
 		Named("agent").
 		Complete(r)
@@ -81,7 +90,18 @@ func (r *AgentReconciler) agentsReferencing(index string) handler.MapFunc {
 // values: directly, or through a ToolSource or the MediaStore.
 func (r *AgentReconciler) agentsReferencingSecret(ctx context.Context, secret client.Object) []reconcile.Request {
 	ns := secret.GetNamespace()
-	requests := r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexSecret: secret.GetName()})
+	var requests []reconcile.Request
+	if ns == r.OperatorNamespace {
+		// A ClusterEngine's credentials, which its Agents' workers receive.
+		var engines agentsv1.ClusterEngineList
+		if err := r.List(ctx, &engines, client.MatchingFields{indexClusterEngineSecret: secret.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "listing ClusterEngines that reference a Secret", "secret", secret.GetName())
+		}
+		for _, ce := range engines.Items {
+			requests = append(requests, r.listAgents(ctx, client.MatchingFields{indexAgentClusterEngine: ce.Name})...)
+		}
+	}
+	requests = append(requests, r.listAgents(ctx, client.InNamespace(ns), client.MatchingFields{indexSecret: secret.GetName()})...)
 	// Through a referencing ToolSource or MediaStore: the Agents that
 	// reference those in turn.
 	via := []struct {
@@ -121,7 +141,7 @@ func (r *AgentReconciler) rivalsOfDepartingAgent() handler.EventHandler {
 		if !ok {
 			return
 		}
-		if claim, ok := flowClaim(agent, r.Defaults); ok {
+		for _, claim := range statusClaims(agent) {
 			for _, req := range r.claimRivals(ctx, claim) {
 				q.Add(req)
 			}

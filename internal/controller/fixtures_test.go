@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 var namespaceCount atomic.Int64
@@ -80,6 +82,16 @@ func withEngine(address, namespace string) agentOption {
 	return func(a *agentsv1.Agent) {
 		a.Spec.Engine = &agentsv1.EngineSpec{Address: address, Namespace: namespace}
 	}
+}
+
+func withEngineRef(name string) agentOption {
+	return func(a *agentsv1.Agent) { a.Spec.EngineRef = &agentsv1.EngineReference{Name: name} }
+}
+
+// clusterEngineFixture is a ClusterEngine of every namespace.
+func clusterEngineFixture(name, address, namespace string) *agentsv1.ClusterEngine {
+	return &agentsv1.ClusterEngine{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: agentsv1.ClusterEngineSpec{Address: address, Namespace: namespace, NamespaceSelector: &metav1.LabelSelector{}}}
 }
 
 func withReplicas(n int32) agentOption {
@@ -183,6 +195,8 @@ func conditionOf(obj client.Object, conditionType string) func(Gomega) *metav1.C
 		case *agentsv1.ToolSource:
 			conditions = o.Status.Conditions
 		case *agentsv1.MediaStore:
+			conditions = o.Status.Conditions
+		case *agentsv1.ClusterEngine:
 			conditions = o.Status.Conditions
 		default:
 			Fail(fmt.Sprintf("no conditions on %T", obj))
@@ -318,12 +332,14 @@ type fakeEngine struct {
 	calls map[string][]string
 	// counters are the spend counters by Flow type.
 	counters map[string]spend.Counter
+	// shared are the sessions left under the shared names, by Flow type.
+	shared map[string][]string
 }
 
 var testEngine = &fakeEngine{
 	pollers: map[string][]rollout.Poller{}, errs: map[string]error{},
 	offered: map[string]bool{}, deployments: map[string]*rollout.Engine{}, calls: map[string][]string{},
-	counters: map[string]spend.Counter{},
+	counters: map[string]spend.Counter{}, shared: map[string][]string{},
 }
 
 // spent sets what a Flow type's spend counter holds.
@@ -333,10 +349,38 @@ func (f *fakeEngine) spent(flowType string, c spend.Counter) {
 	f.counters[flowType] = c
 }
 
-func (f *fakeEngine) SpendCounter(_ context.Context, _ controller.EngineTarget, flowType string) (spend.Counter, error) {
+func (f *fakeEngine) SpendCounter(_ context.Context, target controller.EngineTarget) (spend.Counter, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.counters[flowType], nil
+	return f.counters[target.Resolved.Agent.Spec.FlowType], nil
+}
+
+// leaveShared says which sessions are left under the shared names of a
+// Flow type.
+func (f *fakeEngine) leaveShared(flowType string, ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.shared[flowType] = ids
+}
+
+func (f *fakeEngine) SharedSessions(_ context.Context, target controller.EngineTarget) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.shared[target.Resolved.Agent.Spec.FlowType]), nil
+}
+
+func (f *fakeEngine) WakeSessions(_ context.Context, target controller.EngineTarget, ids []string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record(tenancy.Shared(target.Resolved.Agent.Spec.FlowType).WorkerDeployment(), "wake "+strings.Join(ids, ","))
+	return len(ids), nil
+}
+
+func (f *fakeEngine) RetireSharedNames(_ context.Context, target controller.EngineTarget) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record(tenancy.Shared(target.Resolved.Agent.Spec.FlowType).WorkerDeployment(), "retire")
+	return nil
 }
 
 func (f *fakeEngine) set(taskQueue string, pollers ...rollout.Poller) {
@@ -351,25 +395,25 @@ func (f *fakeEngine) fail(taskQueue string, err error) {
 	f.errs[taskQueue] = err
 }
 
-func (f *fakeEngine) Pollers(_ context.Context, _ *render.Resolved, _ map[string]*corev1.Secret, taskQueue string) ([]rollout.Poller, error) {
+func (f *fakeEngine) Pollers(_ context.Context, _ controller.EngineTarget, taskQueue string) ([]rollout.Poller, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.pollers[taskQueue], f.errs[taskQueue]
 }
 
-// offer makes the engine offer Worker Deployments to a Flow type's Agent.
+// offer makes the engine offer Worker Deployments to a Flow type's Agents.
 func (f *fakeEngine) offer(flowType string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.offered[render.WorkerDeploymentName(flowType)] = true
+	f.offered[flowType] = true
 }
 
-// drain marks a version drained, as the engine does once no session is
-// pinned to it.
-func (f *fakeEngine) drain(flowType, buildID string) {
+// drain marks a version of a Worker Deployment drained, as the engine does
+// once no session is pinned to it.
+func (f *fakeEngine) drain(name, buildID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	d := f.deployments[render.WorkerDeploymentName(flowType)]
+	d := f.deployments[name]
 	for i := range d.Versions {
 		if d.Versions[i].BuildID == buildID {
 			d.Versions[i].Draining, d.Versions[i].Drained = false, true
@@ -377,12 +421,11 @@ func (f *fakeEngine) drain(flowType, buildID string) {
 	}
 }
 
-// engineState returns the Worker Deployment of a Flow type, and what the
-// operator did on it.
-func (f *fakeEngine) engineState(flowType string) (rollout.Engine, []string) {
+// engineState returns a Worker Deployment, and what the operator did on
+// it.
+func (f *fakeEngine) engineState(name string) (rollout.Engine, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name := render.WorkerDeploymentName(flowType)
 	var out rollout.Engine
 	if d := f.deployments[name]; d != nil {
 		out = *d
@@ -400,7 +443,7 @@ func (f *fakeEngine) record(name, call string) {
 func (f *fakeEngine) Versioning(_ context.Context, target controller.EngineTarget) (bool, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.offered[render.WorkerDeploymentName(target.Resolved.Agent.Spec.FlowType)] {
+	if f.offered[target.Resolved.Agent.Spec.FlowType] {
 		return true, "", nil
 	}
 	return false, "the test engine offers no Worker Deployments", nil

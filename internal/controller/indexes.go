@@ -14,6 +14,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 // Field indexes, so a change to a referenced object finds the objects that
@@ -26,8 +27,14 @@ const (
 	// indexSecret: an Agent, ToolSource or MediaStore by the Secrets it
 	// references itself (an Agent's engine included).
 	indexSecret = "agents.stepwise.run/secret"
-	// indexAgentFlowClaim: an Agent by its Flow type claim, cluster-wide.
+	// indexAgentFlowClaim: an Agent by the claims its status says it makes,
+	// cluster-wide.
 	indexAgentFlowClaim = "agents.stepwise.run/flow-claim"
+	// indexAgentClusterEngine: an Agent by the ClusterEngine it uses.
+	indexAgentClusterEngine = "agents.stepwise.run/cluster-engine"
+	// indexClusterEngineSecret: a ClusterEngine by the Secrets, in the
+	// operator's namespace, it takes values from.
+	indexClusterEngineSecret = "agents.stepwise.run/cluster-engine-secret"
 )
 
 // SetupIndexes registers every field index the reconcilers use.
@@ -52,13 +59,19 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, defaults render.Default
 			return nil
 		}},
 		{&agentsv1.Agent{}, indexSecret, func(o client.Object) []string {
-			return secretNames(agentSecretUses(o.(*agentsv1.Agent), defaults))
+			return secretNames(render.AgentSecretUses(o.(*agentsv1.Agent)))
 		}},
 		{&agentsv1.Agent{}, indexAgentFlowClaim, func(o client.Object) []string {
-			if claim, ok := flowClaim(o.(*agentsv1.Agent), defaults); ok {
-				return []string{claim}
+			return statusClaims(o.(*agentsv1.Agent))
+		}},
+		{&agentsv1.Agent{}, indexAgentClusterEngine, func(o client.Object) []string {
+			if name := render.ClusterEngineName(o.(*agentsv1.Agent), defaults); name != "" {
+				return []string{name}
 			}
 			return nil
+		}},
+		{&agentsv1.ClusterEngine{}, indexClusterEngineSecret, func(o client.Object) []string {
+			return secretNames(render.EngineSecretUses("", render.ClusterEngineSpecOf(o.(*agentsv1.ClusterEngine))))
 		}},
 		{&agentsv1.ToolSource{}, indexSecret, func(o client.Object) []string {
 			return secretNames(render.ToolSourceSecretUses(o.(*agentsv1.ToolSource), ""))
@@ -75,21 +88,20 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, defaults render.Default
 	return nil
 }
 
-// agentSecretUses lists the Secrets an Agent takes values from through its
-// spec and its engine.
-func agentSecretUses(agent *agentsv1.Agent, defaults render.Defaults) []render.SecretUse {
-	if engine, ok := render.EngineFor(agent, defaults); ok {
-		return render.AgentSecretUses(agent, &engine)
+// statusClaims are the claims an Agent makes as its status records them:
+// the engine the operator found, its own names there, and the shared names
+// while its sessions run under them. A rival waiting for a claim is
+// woken when the claim's holder lets it go.
+func statusClaims(agent *agentsv1.Agent) []string {
+	id := agent.Status.EngineID
+	if id == "" {
+		return nil
 	}
-	return render.AgentSecretUses(agent, nil)
-}
-
-func flowClaim(agent *agentsv1.Agent, defaults render.Defaults) (string, bool) {
-	engine, ok := render.EngineFor(agent, defaults)
-	if !ok {
-		return "", false
+	claims := []string{render.FlowClaim(id, tenancy.Tenant(agent.Namespace, agent.Spec.FlowType))}
+	if render.KeepsSharedNames(agent) {
+		claims = append(claims, render.FlowClaim(id, tenancy.Shared(agent.Spec.FlowType)))
 	}
-	return render.FlowClaim(engine, agent.Spec.FlowType), true
+	return claims
 }
 
 func secretNames(uses []render.SecretUse) []string {

@@ -47,7 +47,7 @@ var _ = Describe("config/samples", func() {
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(MatchRegexp(`FLOW TYPE\s+PROVIDER\s+MODEL\s+READY\s+DESIRED\s+AVAILABLE\s+REASON\s+TASK QUEUE`))
 		// No kubelet runs here, so no worker is available: the column says 0.
-		Expect(out).To(MatchRegexp(`support\s+SupportAgent\s+scripted\s+support-demo\s+True\s+2\s+0\s+Reconciled\s+stepwise/SupportAgent`))
+		Expect(out).To(MatchRegexp(`support\s+SupportAgent\s+scripted\s+support-demo\s+True\s+2\s+0\s+Reconciled\s+stepwise/` + ns + `/SupportAgent`))
 		out, err = kubectl("get", "--namespace", ns, "ts", "tickets")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(MatchRegexp(`tickets\s+tickets\s+https://tickets.example.com/mcp\s+True`))
@@ -84,9 +84,12 @@ var _ = Describe("charts/stepwise", func() {
 			Expect(os.WriteFile(manifestsFile, manifests, 0o600)).To(Succeed())
 
 			// kubectl validates strictly on the server: an unknown field fails.
-			out, err := kubectl("create", "namespace", install.namespace)
-			Expect(err).NotTo(HaveOccurred(), out)
-			out, err = kubectl("apply", "--server-side", "--force-conflicts", "-f", manifestsFile)
+			// The suite's operator runs in stepwise-system, which exists.
+			if _, err := kubectl("get", "namespace", install.namespace); err != nil {
+				out, err := kubectl("create", "namespace", install.namespace)
+				Expect(err).NotTo(HaveOccurred(), out)
+			}
+			out, err := kubectl("apply", "--server-side", "--force-conflicts", "-f", manifestsFile)
 			Expect(err).NotTo(HaveOccurred(), out)
 
 			out, err = kubectl("get", "--namespace", install.namespace, "deployment/"+install.account,

@@ -54,13 +54,24 @@ type Options struct {
 	// cannot watch, such as someone else's ConfigMap in the way, is checked
 	// again. Zero means a minute.
 	RecheckInterval time.Duration
+	// OperatorNamespace is where the ClusterEngines' Secrets are.
+	OperatorNamespace string
 	// Engines reads who polls an Agent's task queue, for stop-old-first
-	// rollouts, and does a versioned rollout's part on the engine.
+	// rollouts, does a versioned rollout's part on the engine, and moves
+	// sessions off the shared names.
 	Engines interface {
 		TaskQueuePollers
 		WorkerDeployments
 		SpendCounters
+		SharedNames
 	}
+	// Probe asks engines who they are and prepares them for sessions, for
+	// ClusterEngines and Agents' own engines.
+	Probe EngineProbe
+	// SharedSettle is how long new sessions start on an Agent's own task
+	// queue before it gives up the shared one; zero means
+	// DefaultSharedSettle.
+	SharedSettle time.Duration
 	// SpendRecheck is how often an Agent with an agent budget reads its
 	// spend counter for status; zero means DefaultSpendRecheck.
 	SpendRecheck time.Duration
@@ -82,12 +93,20 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	reader := mgr.GetAPIReader()
 	agents := &AgentReconciler{Client: mgr.GetClient(), APIReader: reader, Defaults: opts.Defaults, RecheckInterval: opts.RecheckInterval,
-		PollerQuietPeriod: opts.PollerQuietPeriod, VersionedRollouts: opts.VersionedRollouts, SpendRecheck: opts.SpendRecheck}
+		PollerQuietPeriod: opts.PollerQuietPeriod, VersionedRollouts: opts.VersionedRollouts, SpendRecheck: opts.SpendRecheck,
+		OperatorNamespace: opts.OperatorNamespace, SharedSettle: opts.SharedSettle}
 	if opts.Engines != nil {
-		agents.Pollers, agents.WorkerDeployments, agents.Spend = opts.Engines, opts.Engines, opts.Engines
+		agents.Pollers, agents.WorkerDeployments, agents.Spend, agents.Shared = opts.Engines, opts.Engines, opts.Engines, opts.Engines
+	}
+	if opts.Probe != nil {
+		agents.Identities = opts.Probe
 	}
 	if err := agents.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Agent controller: %w", err)
+	}
+	engines := &ClusterEngineReconciler{Client: mgr.GetClient(), APIReader: reader, OperatorNamespace: opts.OperatorNamespace, Engines: opts.Probe}
+	if err := engines.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ClusterEngine controller: %w", err)
 	}
 	if err := (&ToolSourceReconciler{Client: mgr.GetClient(), APIReader: reader}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolSource controller: %w", err)

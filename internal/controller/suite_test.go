@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -21,17 +23,27 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
-	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
+	"github.com/stepwise-run/stepwise/internal/devserver"
+	"github.com/stepwise-run/stepwise/internal/engineadmin"
+	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/version"
 )
+
+// probe asks the suite's engine who it is, for the ClusterEngines and the
+// Agents' own engines.
+var probe *controller.Engines
 
 // The operator's defaults in these tests.
 const (
-	defaultEngineAddress = "temporal.test.svc:7233"
-	stockWorkerImage     = "ghcr.io/stepwise-run/agent-worker:test"
-	stockEngineVersion   = "0.1.0"
+	// defaultEngine is the ClusterEngine of Agents that name none: the
+	// suite's Temporal dev server, for every namespace.
+	defaultEngine      = "default-engine"
+	operatorNamespace  = "stepwise-system"
+	stockWorkerImage   = "ghcr.io/stepwise-run/agent-worker:test"
+	stockEngineVersion = version.EngineVersion
 	// mediaHostPathRoot is the one host directory the operator allows
 	// MediaStores to mount from the node.
 	mediaHostPathRoot = "/srv/stepwise"
@@ -50,11 +62,14 @@ var (
 	operatorConfig *rest.Config
 	// suiteManager is the running operator; tests read its cache.
 	suiteManager ctrl.Manager
+	// temporal is the suite's engine: ClusterEngines reach it, and the
+	// operator asks it who it is.
+	temporal *devserver.Server
 )
 
 // operatorDefaults are the operator-wide settings in these tests.
 var operatorDefaults = render.Defaults{
-	Engine:              &agentsv1.EngineSpec{Address: defaultEngineAddress, Namespace: "default"},
+	DefaultEngine:       defaultEngine,
 	WorkerImage:         stockWorkerImage,
 	WorkerEngineVersion: stockEngineVersion,
 	MediaHostPathRoots:  []string{mediaHostPathRoot},
@@ -122,6 +137,15 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	operatorConfig = operator.Config()
 
+	temporal, err = devserver.Start(suiteCtx, os.Getenv(enginetest.TemporalServerEnv))
+	Expect(err).NotTo(HaveOccurred())
+	for _, ns := range []string{"green", "blue", "staging"} {
+		Expect(temporal.RegisterNamespace(suiteCtx, ns)).To(Succeed())
+	}
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	Expect(k8sClient.Create(suiteCtx, clusterEngineFixture(defaultEngine, temporal.FrontendHostPort(), "default"))).To(Succeed())
+	probe = &controller.Engines{Client: engineadmin.New(logr.Discard(), engineadmin.WithCallTimeout(3*time.Second))}
+
 	mgr, err := ctrl.NewManager(operatorConfig, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  controller.CacheOptions(),
@@ -135,6 +159,9 @@ var _ = BeforeSuite(func() {
 		// The engine's pollers and Worker Deployments come from the test;
 		// a short quiet period keeps the rollout tests quick.
 		Engines:           testEngine,
+		Probe:             probe,
+		OperatorNamespace: operatorNamespace,
+		SharedSettle:      time.Second,
 		PollerQuietPeriod: 10 * time.Second,
 		VersionedRollouts: true,
 		SpendRecheck:      time.Second,
@@ -156,6 +183,9 @@ var _ = AfterSuite(func() {
 	cancel()
 	if managerDone != nil {
 		<-managerDone // its watches end before the API server stops
+	}
+	if temporal != nil {
+		Expect(temporal.Stop()).To(Succeed())
 	}
 	if testEnv != nil {
 		start := time.Now()

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,6 +174,11 @@ var _ = Describe("API validation", func() {
 			a.Spec.Engine = &agentsv1.EngineSpec{Address: "temporal:7233",
 				APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "temporal", Key: "api-key"}}
 		}, "spec.engine.tls", "tls is required with apiKeySecretRef"),
+		Entry("an engine and a ClusterEngine together", func(a *agentsv1.Agent) {
+			withEngine("temporal:7233", "default")(a)
+			withEngineRef("shared")(a)
+		}, "spec.engineRef", "engine and engineRef are exclusive"),
+		Entry("a ClusterEngine name that names nothing", withEngineRef("Not_A_Name"), "spec.engineRef.name", "should match"),
 		Entry("a worker image without its engine version", func(a *agentsv1.Agent) {
 			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "registry.example.com/support-worker:1.4"}
 		}, "spec.workers.engineVersion", "image and engineVersion are set together"),
@@ -328,6 +334,26 @@ spec:
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(And(ContainSubstring("spec.sourceName"), ContainSubstring("sourceName cannot be added or removed")))
 	})
+
+	DescribeTable("refuses a bad ClusterEngine and names the field",
+		func(mutate func(*agentsv1.ClusterEngine), fragments ...string) {
+			engineCount++
+			ce := clusterEngineFixture(fmt.Sprintf("bad-%d", engineCount), "temporal.example.com:7233", "agents")
+			mutate(ce)
+			expectRefused(ce, fragments...)
+		},
+		Entry("no namespace selector", func(ce *agentsv1.ClusterEngine) { ce.Spec.NamespaceSelector = nil },
+			"spec.namespaceSelector", "Required value"),
+		Entry("an address without a port", func(ce *agentsv1.ClusterEngine) { ce.Spec.Address = "temporal.example.com" },
+			"spec.address", "should match"),
+		Entry("a port out of range", func(ce *agentsv1.ClusterEngine) { ce.Spec.Address = "temporal.example.com:70000" },
+			"spec.address", "address must end in a port from 1 to 65535"),
+		Entry("an API key without TLS", func(ce *agentsv1.ClusterEngine) {
+			ce.Spec.APIKeySecretRef = &agentsv1.SecretKeyReference{Name: "key", Key: "api-key"}
+		}, "spec.tls", "tls is required with apiKeySecretRef"),
+		Entry("a Temporal namespace that is not one", func(ce *agentsv1.ClusterEngine) { ce.Spec.Namespace = "a/b" },
+			"spec.namespace", "should match"),
+	)
 
 	DescribeTable("refuses a bad MediaStore and names the field",
 		func(mutate mediaStoreOption, fragments ...string) {

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	temporalclient "go.temporal.io/sdk/client"
-
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -22,9 +20,9 @@ const SessionID = "demo-session"
 
 // Refund sends message to the session (starting it when start is set),
 // approves the refund the model asks for, waits for the reply, prints the
-// session's messages to out and returns its snapshot. namespace is the
-// engine namespace searched for sessions waiting for a person.
-func Refund(ctx context.Context, out io.Writer, c temporalclient.Client, namespace string, s *sessions.Sessions,
+// session's messages to out and returns its snapshot. It finds the session
+// among the Agent's sessions waiting for a person on the way.
+func Refund(ctx context.Context, out io.Writer, s *sessions.Sessions,
 	id, message string, start bool) (sessions.Snapshot, error) {
 	before := 0
 	if start {
@@ -56,7 +54,7 @@ func Refund(ctx context.Context, out io.Writer, c temporalclient.Client, namespa
 	}
 	fmt.Fprintf(out, "the session waits for approval of %s %s (interrupt %s)\n", interrupt.ToolName, interrupt.Arguments, interrupt.ID)
 	if err := Poll(ctx, func() (bool, error) {
-		found, err := sessions.Waiting(ctx, c, namespace, sessions.StepAwaitToolApproval)
+		found, _, err := s.Waiting(ctx, sessions.WaitingQuery{Steps: []string{sessions.StepAwaitToolApproval}})
 		for _, w := range found {
 			if w.SessionID == id {
 				fmt.Fprintf(out, "found waiting for a person: %s %s in %s\n", w.FlowType, w.SessionID, sessions.StepAwaitToolApproval)

@@ -1,8 +1,8 @@
 // Package devserver starts a Temporal server for the tests and the local
 // default: the server the Makefile builds from go.temporal.io/server, on an
 // in-memory SQLite store and free loopback ports, set up the way sessions
-// need: the default namespace, the active-Step search attribute, and one
-// partition per task queue.
+// need: the default namespace, the search attributes of active Steps and of
+// owners, and one partition per task queue.
 //
 // It runs the server itself rather than the Temporal CLI's dev server: the
 // CLI releases that build here embed a server older than 1.31, which never
@@ -30,7 +30,6 @@ import (
 	"text/template"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -38,7 +37,7 @@ import (
 	temporallog "go.temporal.io/sdk/log"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/searchattr"
 )
 
 // Namespace is the namespace the server registers.
@@ -93,6 +92,25 @@ func (s *Server) FrontendHostPort() string { return s.frontend }
 
 // Client is a client of the server's default namespace.
 func (s *Server) Client() client.Client { return s.client }
+
+// RegisterNamespace registers another namespace, for tests of several
+// Temporal namespaces on one server. It returns once the namespace serves
+// requests; its search attributes are not registered.
+func (s *Server) RegisterNamespace(ctx context.Context, name string) error {
+	_, err := s.client.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: name, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
+	})
+	var exists *serviceerror.NamespaceAlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("registering namespace %s: %w", name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return retry(ctx, s.done, func() error {
+		_, err := s.client.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: name})
+		return err
+	})
+}
 
 // Stop stops the server and removes its files.
 func (s *Server) Stop() error {
@@ -227,7 +245,7 @@ func (s *Server) setUp(ctx context.Context) error {
 		}
 		_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 			Namespace:        Namespace,
-			SearchAttributes: map[string]enumspb.IndexedValueType{engine.ActiveStepsAttribute: enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST},
+			SearchAttributes: searchattr.Needed,
 		})
 		var exists *serviceerror.AlreadyExists
 		if errors.As(err, &exists) {
@@ -246,7 +264,7 @@ func (s *Server) setUp(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("adding search attribute %s: %w", engine.ActiveStepsAttribute, err)
+		return fmt.Errorf("adding the sessions' search attributes: %w", err)
 	}
 	return nil
 }

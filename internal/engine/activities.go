@@ -26,7 +26,10 @@ type RunModelInput struct {
 // ToolStepInput is a tool Step's input: its own record only, so parallel
 // tool Steps never share state.
 type ToolStepInput struct {
-	TurnID         string                 `json:"turnId"`
+	TurnID string `json:"turnId"`
+	// SessionID is the session's ID; empty in Steps scheduled before
+	// engine 0.8.0, whose sessions' workflow IDs are their session IDs.
+	SessionID      string                 `json:"sessionId,omitempty"`
 	Call           session.ToolCallRecord `json:"call"`
 	IdempotencyKey string                 `json:"idempotencyKey"`
 }
@@ -82,7 +85,7 @@ func (a *Activities) chatSpan(ctx context.Context, turn session.TurnContext, sta
 	if a.Tracer == nil {
 		return
 	}
-	c.Step, c.Parent, c.Start, c.End = stepAttempt(ctx, turn.TurnID), turn.TraceContext, started, time.Now()
+	c.Step, c.Parent, c.Start, c.End = stepAttempt(ctx, turn.SessionID, turn.TurnID), turn.TraceContext, started, time.Now()
 	a.Tracer.Chat(c)
 }
 
@@ -121,10 +124,10 @@ func summaryCall(turn session.TurnContext, out session.CompactionOutcome, err er
 }
 
 // stepAttempt names the running activity attempt for its span.
-func stepAttempt(ctx context.Context, turnID string) tracing.StepAttempt {
+func stepAttempt(ctx context.Context, sessionID, turnID string) tracing.StepAttempt {
 	info := activity.GetInfo(ctx)
 	return tracing.StepAttempt{
-		SessionID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, StepType: info.ActivityType.Name,
+		SessionID: sessionID, RunID: info.WorkflowExecution.RunID, StepType: info.ActivityType.Name,
 		StepExecutionID: info.ActivityID, Attempt: int(info.Attempt), TurnID: turnID,
 	}
 }
@@ -138,7 +141,7 @@ func (a *Activities) loadTurn(ctx context.Context, in RunModelInput) (turn sessi
 		return session.TurnContext{}, nil, fmt.Errorf("loading the committed state of %s: %w", in.TurnID, err)
 	}
 	turn.Attempt = int(info.Attempt)
-	turn.Events = a.writer(ctx, in.TurnID)
+	turn.Events = a.writer(ctx, turn.SessionID, in.TurnID)
 	turn.Heartbeat = func() { activity.RecordHeartbeat(ctx) }
 	return turn, heartbeatInBackground(ctx, turn.Heartbeat), nil
 }
@@ -247,7 +250,7 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (out sessio
 			return session.ToolOutcome{Kind: session.ToolResultNotStarted, Error: reason}, nil
 		}
 	}
-	events := a.writer(ctx, in.TurnID)
+	events := a.writer(ctx, in.sessionID(ctx), in.TurnID)
 	events.Write(session.NewEvent(session.EventToolCallStarted, in.TurnID, map[string]string{
 		"tool_call_id": in.Call.ID, "tool_name": in.Call.Name,
 	}))
@@ -295,9 +298,9 @@ func (a *Activities) execution(ctx context.Context, in ToolStepInput) (session.T
 	beat()
 	stop := heartbeatInBackground(ctx, beat)
 	return session.ToolExecution{
-		SessionID: info.WorkflowExecution.ID, TurnID: in.TurnID, Call: in.Call,
+		SessionID: in.sessionID(ctx), TurnID: in.TurnID, Call: in.Call,
 		IdempotencyKey: in.IdempotencyKey, Attempt: int(info.Attempt),
-		Events: a.writer(ctx, in.TurnID), Heartbeat: beat,
+		Events: a.writer(ctx, in.sessionID(ctx), in.TurnID), Heartbeat: beat,
 		Checkpoint:     checkpoint.text,
 		SaveCheckpoint: func(text string) { saved.set(text); a.recordCheckpoint(ctx, text); beat() },
 	}, stop
@@ -321,7 +324,7 @@ func (a *Activities) recordCheckpoint(ctx context.Context, text string) {
 // the call's record; the span is current while the tool runs.
 func (a *Activities) toolSpan(ctx context.Context, in ToolStepInput) (context.Context, *tracing.ToolSpan) {
 	return a.Tracer.StartTool(ctx, tracing.ToolCall{
-		Step: stepAttempt(ctx, in.TurnID), Parent: in.Call.TraceContext,
+		Step: stepAttempt(ctx, in.sessionID(ctx), in.TurnID), Parent: in.Call.TraceContext,
 		ID: in.Call.ID, Name: in.Call.Name, Effect: string(in.Call.Effect), Arguments: in.Call.Arguments,
 	})
 }
@@ -479,13 +482,23 @@ type stepWriter struct {
 	attempt   int
 }
 
-func (a *Activities) writer(ctx context.Context, turnID string) stepWriter {
+func (a *Activities) writer(ctx context.Context, sessionID, turnID string) stepWriter {
 	info := activity.GetInfo(ctx)
 	sink := a.Events
 	if sink == nil {
 		sink = discardEvents{}
 	}
-	return stepWriter{sink: sink, sessionID: info.WorkflowExecution.ID, turnID: turnID, stepID: info.ActivityID, attempt: int(info.Attempt)}
+	return stepWriter{sink: sink, sessionID: sessionID, turnID: turnID, stepID: info.ActivityID, attempt: int(info.Attempt)}
+}
+
+// sessionID is the session the Step runs for: the one its input names, or,
+// for a Step scheduled before inputs named it, the workflow's ID, which
+// then was the session ID.
+func (in ToolStepInput) sessionID(ctx context.Context) string {
+	if in.SessionID != "" {
+		return in.SessionID
+	}
+	return activity.GetInfo(ctx).WorkflowExecution.ID
 }
 
 func (w stepWriter) Write(e session.Event) {

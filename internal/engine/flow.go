@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/tracing"
 )
 
@@ -48,6 +49,17 @@ type Flow struct {
 	// Tracer, when set, derives each activation's trace context and emits
 	// its root span; nil stores no trace context.
 	Tracer ActivationTracer
+	// MoveTo, when set, moves the sessions this Flow runs on the shared
+	// task queue of engine 0.7.0 and earlier to the Agent's own names,
+	// between turns; nil leaves them there.
+	MoveTo *OwnNames
+}
+
+// OwnNames are where a session of the shared names moves: the Agent's own
+// task queue, and the owner it then records.
+type OwnNames struct {
+	TaskQueue string        `json:"taskQueue"`
+	Owner     tenancy.Owner `json:"owner"`
 }
 
 // ActivationTracer derives an activation root's trace context from the
@@ -81,7 +93,21 @@ const (
 	// question, so a cancelled turn could wait for a person, and scheduled
 	// the answered call's tool Step again.
 	revisionControlEndsToolQuestions workflow.Version = 2
-	currentRevision                                   = revisionControlEndsToolQuestions
+	// revisionTenantNames records the session's owner in its search
+	// attributes, from the start input, when the run does not carry them
+	// (engine 0.8.0): a session that moved from the shared names to its
+	// Agent's own gets them in its first run there.
+	revisionTenantNames workflow.Version = 3
+	currentRevision                      = revisionTenantNames
+
+	// moveChangeID starts the change ID of the version marker that records
+	// a run on the shared task queue deciding to move the session to its
+	// Agent's own names (engine 0.8.0); a history written before has none
+	// and replays as it ran.
+	moveChangeID = "stepwise-own-names"
+	// moveTargetID names the side effect that records where the session
+	// moves, which the worker's configuration says.
+	moveTargetID = "stepwise-own-names-target"
 )
 
 // HistoryBudget bounds one workflow run of a session. A session that
@@ -126,14 +152,22 @@ type run struct {
 	// activations counts the activations the run began, numbering their
 	// roots; replay counts them again in the same order.
 	activations int
+	// moveWoken is where the move signal found an idle session on the
+	// shared task queue must move.
+	moveWoken *OwnNames
 }
 
 // Run is the session workflow: StartAgentSession, then turns for as long as
 // the session lives. A session never completes by itself.
 func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
+	sessionID := in.SessionID
+	if sessionID == "" {
+		// The shared names: the workflow ID is the session ID.
+		sessionID = workflow.GetInfo(ctx).WorkflowExecution.ID
+	}
 	r := &run{
 		ctx: ctx, flow: f, active: make([]int, len(session.Steps())), events: f.Events,
-		s:      session.NewState(workflow.GetInfo(ctx).WorkflowExecution.ID),
+		s:      session.NewState(sessionID),
 		search: in.StepSearch != StepSearchDisabled, input: in, at: map[string]session.StepName{},
 		revision: workflow.GetVersion(ctx, revisionChangeID, workflow.DefaultVersion, currentRevision),
 	}
@@ -149,6 +183,9 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	}
 	if err := r.register(); err != nil {
 		return err
+	}
+	if r.revision >= revisionTenantNames {
+		r.recordOwner()
 	}
 	if r.search && r.revision >= revisionSearchOncePerTask {
 		workflow.Go(ctx, r.keepSearchCurrent)
@@ -167,12 +204,22 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	}
 	for {
 		if r.s.Turn == nil {
+			if target := r.moveTarget(); target != nil {
+				// Between turns, nothing of a turn is left to replay:
+				// the session leaves the shared names for its Agent's own.
+				return r.moveToOwnNames(target)
+			}
 			r.move(turnTrack, session.StepAwaitUserMessage, session.TransitionNext)
 			r.enter(session.StepAwaitUserMessage)
-			err := workflow.Await(ctx, func() bool { return r.s.CanBeginTurn() || r.runIsFull() || r.versionMoved() })
+			err := workflow.Await(ctx, func() bool {
+				return r.s.CanBeginTurn() || r.runIsFull() || r.versionMoved() || r.moveWoken != nil
+			})
 			r.leave(session.StepAwaitUserMessage)
 			if err != nil {
 				return err
+			}
+			if target := r.moveWoken; target != nil {
+				return r.moveToOwnNames(target)
 			}
 			if r.versionMoved() {
 				// Between turns is the one place a session may change
@@ -191,6 +238,67 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 			return err
 		}
 	}
+}
+
+// recordOwner writes the owner search attributes the run's input names when
+// the run does not carry them already: a client sets them when it starts a
+// session, and a session that moved from the shared names gets them here.
+func (r *run) recordOwner() {
+	owner := r.input.Owner
+	if owner == nil {
+		return
+	}
+	if recorded, ok := RecordedOwner(workflow.GetTypedSearchAttributes(r.ctx)); ok && recorded == *owner {
+		return
+	}
+	// A failed upsert is logged by the SDK; clients then find the session
+	// by its workflow ID and task queue alone.
+	_ = workflow.UpsertTypedSearchAttributes(r.ctx, ownerUpdates(*owner)...)
+}
+
+// moveTarget says where a session on the shared task queue moves, or nil
+// when it stays: it runs elsewhere, the worker has nowhere to move it, or
+// the history is replayed where the session did not move. The decision is
+// a version marker of its own for each workflow task it is made in, so a
+// run that began on an earlier engine version, whose history has none,
+// replays as it ran and moves at the first boundary it reaches on this
+// one; where it moves is recorded, so a replay on any worker decides the
+// same.
+func (r *run) moveTarget() *OwnNames {
+	info := workflow.GetInfo(r.ctx)
+	if r.flow.MoveTo == nil || info.TaskQueueName != tenancy.Shared(info.WorkflowType.Name).TaskQueue() {
+		return nil
+	}
+	changeID := fmt.Sprintf("%s@%d", moveChangeID, info.GetCurrentHistoryLength())
+	if workflow.GetVersion(r.ctx, changeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	encoded := workflow.MutableSideEffect(r.ctx, moveTargetID, func(workflow.Context) any {
+		return *r.flow.MoveTo
+	}, func(a, b any) bool { return a == b })
+	var target OwnNames
+	if err := encoded.Get(&target); err != nil || target.TaskQueue == "" {
+		return nil
+	}
+	return &target
+}
+
+// moveToOwnNames continues the session as new on its Agent's own task
+// queue, on the version new sessions start on there, with its owner, which
+// the new run records. Its workflow ID, and so its session ID, stay.
+func (r *run) moveToOwnNames(target *OwnNames) error {
+	if err := workflow.Await(r.ctx, func() bool { return workflow.AllHandlersFinished(r.ctx) }); err != nil {
+		return err
+	}
+	in := r.input
+	in.Carried = &CarriedState{State: r.s, StepSeq: r.stepSeq}
+	in.SessionID = r.s.SessionID
+	owner := target.Owner
+	in.Owner = &owner
+	ctx := workflow.WithWorkflowTaskQueue(r.ctx, target.TaskQueue)
+	return workflow.NewContinueAsNewErrorWithOptions(ctx,
+		workflow.ContinueAsNewErrorOptions{InitialVersioningBehavior: workflow.ContinueAsNewVersioningBehaviorAutoUpgrade},
+		workflow.GetInfo(r.ctx).WorkflowType.Name, in)
 }
 
 // runIsFull reports whether the run should end in a new one: Temporal
@@ -240,6 +348,11 @@ func (r *run) register() error {
 	moves := workflow.GetSignalChannel(r.ctx, SignalMoveToCurrentVersion)
 	workflow.Go(r.ctx, func(ctx workflow.Context) {
 		for moves.Receive(ctx, nil) {
+			// An idle session on the shared task queue moves to its
+			// Agent's own names when woken, as a pinned one moves version.
+			if r.s.Turn == nil && r.moveWoken == nil {
+				r.moveWoken = r.moveTarget()
+			}
 		}
 	})
 	if err := workflow.SetQueryHandler(r.ctx, QuerySnapshot, func() (session.Snapshot, error) {
@@ -805,7 +918,11 @@ func (r *run) cancelTask(ctx workflow.Context, rec *session.ToolCallRecord) {
 
 func (r *run) toolInput(rec *session.ToolCallRecord) ToolStepInput {
 	turnID := r.s.Turn.ID
-	return ToolStepInput{TurnID: turnID, Call: *rec, IdempotencyKey: session.IdempotencyKey(r.s.SessionID, turnID, rec.ID)}
+	// The key names the workflow, which is unique on the engine, where a
+	// session ID is unique only among one Agent's sessions; under the
+	// shared names the two are one.
+	key := session.IdempotencyKey(workflow.GetInfo(r.ctx).WorkflowExecution.ID, turnID, rec.ID)
+	return ToolStepInput{TurnID: turnID, SessionID: r.s.SessionID, Call: *rec, IdempotencyKey: key}
 }
 
 func (r *run) pollOptions(ctx workflow.Context, stepID string) workflow.Context {

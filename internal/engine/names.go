@@ -15,6 +15,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 // RPC names: Temporal updates and queries of the session workflow.
@@ -45,10 +46,40 @@ const SignalMoveToCurrentVersion = contract.SignalMoveToCurrentVersion
 // ActiveStepsAttribute is the KeywordList search attribute of the Steps a
 // session is in, shared by every Flow type so one query finds every session
 // waiting for a person across agents.
-const ActiveStepsAttribute = "ActiveStepTypes"
+const ActiveStepsAttribute = tenancy.AttributeActiveSteps
 
 // activeStepsKey is the typed key of ActiveStepsAttribute.
 var activeStepsKey = temporal.NewSearchAttributeKeyKeywordList(ActiveStepsAttribute)
+
+// The typed keys of the owner search attributes.
+var (
+	ownerNamespaceKey = temporal.NewSearchAttributeKeyKeyword(tenancy.AttributeNamespace)
+	ownerAgentKey     = temporal.NewSearchAttributeKeyKeyword(tenancy.AttributeAgent)
+	ownerAgentUIDKey  = temporal.NewSearchAttributeKeyKeyword(tenancy.AttributeAgentUID)
+)
+
+// OwnerAttributes are the search attributes that record a session's owner,
+// as a client sets them when it starts the session.
+func OwnerAttributes(o tenancy.Owner) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(ownerUpdates(o)...)
+}
+
+func ownerUpdates(o tenancy.Owner) []temporal.SearchAttributeUpdate {
+	updates := []temporal.SearchAttributeUpdate{ownerNamespaceKey.ValueSet(o.Namespace), ownerAgentKey.ValueSet(o.Agent)}
+	if o.AgentUID != "" {
+		updates = append(updates, ownerAgentUIDKey.ValueSet(o.AgentUID))
+	}
+	return updates
+}
+
+// RecordedOwner reads the owner a session's search attributes record; ok
+// is false for a session that records none.
+func RecordedOwner(attrs temporal.SearchAttributes) (owner tenancy.Owner, ok bool) {
+	ns, hasNS := attrs.GetKeyword(ownerNamespaceKey)
+	agent, hasAgent := attrs.GetKeyword(ownerAgentKey)
+	uid, _ := attrs.GetKeyword(ownerAgentUIDKey)
+	return tenancy.Owner{Namespace: ns, Agent: agent, AgentUID: uid}, hasNS && hasAgent
+}
 
 // RejectedErrorType marks an RPC the session refused; clients turn it into
 // false.
@@ -67,6 +98,14 @@ func rejected(err error) error {
 // SessionInput starts a session workflow.
 type SessionInput struct {
 	Start session.StartInput `json:"start"`
+	// SessionID is the session's ID, which its workflow ID carries with the
+	// Agent's namespace and Flow type (tenancy.Names); empty for a session
+	// under the shared names, whose workflow ID is its session ID.
+	SessionID string `json:"sessionId,omitempty"`
+	// Owner is the Agent that owns the session, recorded in its search
+	// attributes; nil under the shared names, where a session started
+	// before owners were recorded has none.
+	Owner *tenancy.Owner `json:"owner,omitempty"`
 	// StepSearch says whether the session keeps the active-Step search
 	// attribute; the zero value keeps it.
 	StepSearch StepSearchMode `json:"stepSearch,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/tracing"
 )
 
@@ -45,7 +46,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 			spans := tracetest.NewInMemoryExporter()
 			tracer := tracing.New(tracing.Options{SampleRatio: 1, Processors: []sdktrace.SpanProcessor{sdktrace.NewSimpleSpanProcessor(spans)}})
 			roots := &countedRoots{Tracer: tracer}
-			flow := &Flow{Timings: DefaultTimings(), Events: events, Trace: moves.trace, PlanMode: false, Tracer: roots}
+			// Workers that move sessions off the shared names, as every
+			// worker of 0.8.0 does while its Agent has some there: a history
+			// written before decides nothing of it.
+			moveTo := &OwnNames{TaskQueue: "stepwise/test/" + recordedFlowType, Owner: tenancy.Owner{Namespace: "test", Agent: "test"}}
+			flow := &Flow{Timings: DefaultTimings(), Events: events, Trace: moves.trace, PlanMode: false, Tracer: roots, MoveTo: moveTo}
 			replayer.RegisterWorkflowWithOptions(flow.Run, workflow.RegisterOptions{Name: recordedFlowType})
 			// The spend counter's histories, among the sessions'.
 			replayer.RegisterWorkflowWithOptions(SpendCounter, workflow.RegisterOptions{Name: spend.CounterWorkflow})

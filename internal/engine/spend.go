@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -66,10 +67,11 @@ func SpendCounter(ctx workflow.Context, c spend.Counter) error {
 // shared by all its sessions, kept by the Agent's spend counter, and a
 // budget per session, checked against the session's own recorded usage.
 type Budget struct {
-	Client    client.Client
-	FlowType  string
-	TaskQueue string
-	Limits    spend.Limits
+	Client client.Client
+	// Names are the Agent's names on the engine: its spend counter runs on
+	// its task queue under its spend counter ID.
+	Names  tenancy.Names
+	Limits spend.Limits
 	// Prices are by model name; a cost bound needs every model priced.
 	Prices map[string]spend.Price
 	// DefaultModel prices a call whose answer named no model, such as a
@@ -123,7 +125,7 @@ func (b *Budget) Record(ctx context.Context, call agent.SpendCall, used agent.Sp
 // not running.
 func (b *Budget) update(ctx context.Context, name, id string, arg, out any) error {
 	start := b.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID: spend.CounterID(b.FlowType), TaskQueue: b.TaskQueue,
+		ID: b.Names.SpendCounterID(), TaskQueue: b.Names.TaskQueue(),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, spend.CounterWorkflow, spend.Counter{})
 	handle, err := b.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
@@ -133,10 +135,10 @@ func (b *Budget) update(ctx context.Context, name, id string, arg, out any) erro
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("asking the spend counter of %s: %w", b.FlowType, err)
+		return fmt.Errorf("asking the spend counter of %s: %w", b.Names.FlowType, err)
 	}
 	if err := handle.Get(ctx, out); err != nil {
-		return fmt.Errorf("asking the spend counter of %s: %w", b.FlowType, err)
+		return fmt.Errorf("asking the spend counter of %s: %w", b.Names.FlowType, err)
 	}
 	return nil
 }

@@ -1,11 +1,6 @@
 package engine
 
 import (
-	"context"
-	"fmt"
-
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -50,6 +45,9 @@ type WorkerOptions struct {
 	// Tracer, when set, traces the sessions: a trace per activation, with
 	// a span per model call and tool Step attempt.
 	Tracer *tracing.Tracer
+	// MoveTo, when set, moves the sessions this worker runs on the shared
+	// task queue to the Agent's own names between turns.
+	MoveTo *OwnNames
 	// Options are passed to the SDK worker, for tuning beyond the above.
 	Options worker.Options
 }
@@ -92,7 +90,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 		register.VersioningBehavior = workflow.VersioningBehaviorPinned
 	}
 	w := worker.New(c, o.TaskQueue, opts)
-	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, ImageStoreURI: o.ImageStoreURI, HistoryBudget: o.HistoryBudget}
+	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, ImageStoreURI: o.ImageStoreURI, HistoryBudget: o.HistoryBudget, MoveTo: o.MoveTo}
 	if o.Tracer != nil {
 		flow.Tracer = o.Tracer
 	}
@@ -107,31 +105,6 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	acts := &Activities{Runner: o.Runner, State: QueryLoader{Client: c}, Events: o.Events, Spend: o.Spend, Tracer: o.Tracer, Checkpoints: c}
 	acts.Register(w)
 	return w
-}
-
-// EnsureSearchAttribute registers the active-Step search attribute in the
-// namespace when it is missing. Clusters where workers may not manage
-// search attributes need it registered once by an administrator:
-// `temporal operator search-attribute create --name ActiveStepTypes --type KeywordList`.
-func EnsureSearchAttribute(ctx context.Context, c client.Client, namespace string) error {
-	list, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
-	if err != nil {
-		return fmt.Errorf("listing the search attributes of namespace %s: %w", namespace, err)
-	}
-	if kind, ok := list.GetCustomAttributes()[ActiveStepsAttribute]; ok {
-		if kind != enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST {
-			return fmt.Errorf("search attribute %s of namespace %s is %s, not KeywordList", ActiveStepsAttribute, namespace, kind)
-		}
-		return nil
-	}
-	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-		Namespace:        namespace,
-		SearchAttributes: map[string]enumspb.IndexedValueType{ActiveStepsAttribute: enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST},
-	})
-	if err != nil {
-		return fmt.Errorf("registering search attribute %s in namespace %s: %w", ActiveStepsAttribute, namespace, err)
-	}
-	return nil
 }
 
 // ActivityRegistry is where effect Steps are registered: a worker, or a

@@ -8,10 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.temporal.io/sdk/client"
-	corev1 "k8s.io/api/core/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
@@ -122,89 +120,24 @@ func (t *TLS) config() (*tls.Config, error) {
 }
 
 // ConnectionFor is the connection an Agent's workers make, from what the
-// controller resolved and the Secrets it read, keyed by name. It reads the
-// same Secret keys the rendered worker configuration points at, so the
-// operator reaches the engine exactly as the workers do. Errors name the
-// field and the Secret, never a value.
-func ConnectionFor(r *render.Resolved, secrets map[string]*corev1.Secret) (Connection, error) {
+// controller resolved: the engine and the credentials it presents, read
+// where their owner keeps them. Errors say which material is wrong, never
+// what it holds.
+func ConnectionFor(r *render.Resolved) (Connection, error) {
 	if r == nil || r.Agent == nil {
 		return Connection{}, errors.New("no resolved Agent")
 	}
-	conn := Connection{Address: r.Engine.Address, Namespace: r.Engine.Namespace}
-	uses := engineSecretUses(r)
-	if b := render.CheckSecrets(uses, secrets); b != nil {
-		return Connection{}, errors.New(b.Message)
-	}
-	for _, use := range uses {
-		switch {
-		case strings.HasSuffix(use.Field, ".apiKeySecretRef"):
-			value, _ := render.SecretValue(secrets[use.Secret], use.Required[0])
-			conn.APIKey = string(value)
-		case strings.HasSuffix(use.Field, ".tls.secretRef"):
-			material, err := tlsMaterial(use, secrets[use.Secret], r.EngineTLS)
-			if err != nil {
-				return Connection{}, err
-			}
-			conn.TLS = material
-		}
-	}
-	if r.Engine.TLS != nil {
-		if conn.TLS == nil {
-			conn.TLS = &TLS{}
-		}
-		conn.TLS.ServerName = r.Engine.TLS.ServerName
+	return ConnectionOf(r.Engine, r.EngineCredentials)
+}
+
+// ConnectionOf is the connection to an engine with its credentials.
+func ConnectionOf(engine agentsv1.EngineSpec, creds render.EngineCredentials) (Connection, error) {
+	conn := Connection{Address: engine.Address, Namespace: engine.Namespace, APIKey: string(creds.APIKey)}
+	if engine.TLS != nil {
+		conn.TLS = &TLS{CAPEM: creds.CA, ClientCertPEM: creds.ClientCert, ClientKeyPEM: creds.Key, ServerName: engine.TLS.ServerName}
 		if _, err := conn.TLS.config(); err != nil {
-			return Connection{}, fmt.Errorf("%s: %w", tlsField(uses), err)
+			return Connection{}, fmt.Errorf("engine TLS: %w", err)
 		}
 	}
 	return conn, nil
-}
-
-// engineSecretUses are the Secret keys the Agent's engine takes values
-// from, with the fields render names them by: render's list for an Agent
-// that has only the engine.
-func engineSecretUses(r *render.Resolved) []render.SecretUse {
-	engineOnly := &agentsv1.Agent{Spec: agentsv1.AgentSpec{Engine: r.Agent.Spec.Engine}}
-	return render.AgentSecretUses(engineOnly, &r.Engine)
-}
-
-func tlsField(uses []render.SecretUse) string {
-	for _, use := range uses {
-		if strings.HasSuffix(use.Field, ".tls.secretRef") {
-			return use.Field
-		}
-	}
-	return "engine.tls"
-}
-
-// tlsMaterial reads the files the worker configuration names: ca.crt when
-// the Secret had it at resolve time, tls.crt and tls.key for a client
-// certificate.
-func tlsMaterial(use render.SecretUse, secret *corev1.Secret, files render.TLSFiles) (*TLS, error) {
-	if secret == nil {
-		return nil, fmt.Errorf("%s: Secret %q does not exist", use.Field, use.Secret)
-	}
-	read := func(key string) ([]byte, error) {
-		value, ok := render.SecretValue(secret, key)
-		if !ok {
-			return nil, fmt.Errorf("%s: Secret %q has no key %q", use.Field, use.Secret, key)
-		}
-		return value, nil
-	}
-	out := &TLS{}
-	var err error
-	if files.CA {
-		if out.CAPEM, err = read(render.TLSCAKey); err != nil {
-			return nil, err
-		}
-	}
-	if files.ClientCert {
-		if out.ClientCertPEM, err = read(render.TLSCertKey); err != nil {
-			return nil, err
-		}
-		if out.ClientKeyPEM, err = read(render.TLSPrivateKeyKey); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

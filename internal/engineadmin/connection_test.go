@@ -50,9 +50,10 @@ var testPEM = func() (pair struct{ cert, key string }) {
 const testAPIKey = "sk-engine-0123456789-never-printed"
 
 var testDefaults = render.Defaults{
-	Engine:              &agentsv1.EngineSpec{Address: "temporal.default:7233", Namespace: "default"},
-	WorkerImage:         "worker:stock",
-	WorkerEngineVersion: version.EngineVersions[0],
+	DefaultEngine:         "shared",
+	AllowNamespaceEngines: true,
+	WorkerImage:           "worker:stock",
+	WorkerEngineVersion:   version.EngineVersion,
 }
 
 type agentOption func(*agentsv1.Agent)
@@ -87,10 +88,13 @@ func withAPIKey(secret, key string) agentOption {
 	}
 }
 
-func withDefaultEngine() agentOption { return func(a *agentsv1.Agent) { a.Spec.Engine = nil } }
+func withClusterEngine() agentOption { return func(a *agentsv1.Agent) { a.Spec.Engine = nil } }
 
+// secret is a Secret of the Agent's namespace that may be sent to the
+// Agent's engine.
 func secret(name string, data map[string]string) *corev1.Secret {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name}, Data: map[string][]byte{}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name,
+		Annotations: map[string]string{agentsv1.EngineAddressesAnnotation: "temporal.prod:7233"}}, Data: map[string][]byte{}}
 	for k, v := range data {
 		s.Data[k] = []byte(v)
 	}
@@ -105,11 +109,24 @@ func secretsByName(secrets ...*corev1.Secret) map[string]*corev1.Secret {
 	return out
 }
 
+// clusterEngine is the default ClusterEngine, with an API key from the
+// operator's namespace.
+func clusterEngine() *agentsv1.ClusterEngine {
+	return &agentsv1.ClusterEngine{
+		ObjectMeta: metav1.ObjectMeta{Name: "shared", Generation: 1},
+		Spec: agentsv1.ClusterEngineSpec{Address: "temporal.default:7233", NamespaceSelector: &metav1.LabelSelector{},
+			TLS: &agentsv1.EngineTLS{}, APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "engine-key", Key: "token"}},
+		Status: agentsv1.ClusterEngineStatus{ObservedGeneration: 1, NamespaceID: "engine-id",
+			Conditions: []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: agentsv1.ReasonReconciled}}},
+	}
+}
+
 // resolve resolves the Agent as the controller does, against the Secrets
-// it read then.
-func resolve(t *testing.T, agent *agentsv1.Agent, defaults render.Defaults, secrets map[string]*corev1.Secret) *render.Resolved {
+// it read: the Agent's namespace's, or the ClusterEngine's.
+func resolve(t *testing.T, agent *agentsv1.Agent, secrets map[string]*corev1.Secret) *render.Resolved {
 	t.Helper()
-	r, blocker := render.Resolve(agent, render.Observed{Secrets: secrets}, defaults)
+	r, blocker := render.Resolve(agent, render.Observed{Secrets: secrets, EngineSecrets: secrets, ClusterEngine: clusterEngine(),
+		NamespaceEngineID: "engine-id"}, testDefaults)
 	if blocker != nil {
 		t.Fatalf("Resolve: %v", blocker)
 	}
@@ -122,19 +139,13 @@ func TestConnectionFor(t *testing.T) {
 		render.TLSCertKey: testPEM.cert, render.TLSPrivateKeyKey: testPEM.key})
 	certOnly := secret("engine-tls", map[string]string{render.TLSCertKey: testPEM.cert, render.TLSPrivateKeyKey: testPEM.key})
 	apiKey := secret("engine-key", map[string]string{"token": testAPIKey})
-	defaultsWithKey := testDefaults
-	defaultsWithKey.Engine = &agentsv1.EngineSpec{Address: "temporal.default:7233",
-		APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "engine-key", Key: "token"}}
 
 	for _, tc := range []struct {
-		name     string
-		agent    *agentsv1.Agent
-		defaults render.Defaults
-		// resolvedWith are the Secrets at resolve time; readNow, when set,
-		// the Secrets read since, as after a rotation.
-		resolvedWith, readNow []*corev1.Secret
-		want                  Connection
-		wantErr               string
+		name    string
+		agent   *agentsv1.Agent
+		secrets []*corev1.Secret
+		want    Connection
+		wantErr string
 	}{{
 		name:  "no TLS",
 		agent: testAgent(),
@@ -144,92 +155,52 @@ func TestConnectionFor(t *testing.T) {
 		agent: testAgent(withTLS("", "temporal.example")),
 		want:  Connection{Address: "temporal.prod:7233", Namespace: "prod", TLS: &TLS{ServerName: "temporal.example"}},
 	}, {
-		name:         "CA only",
-		agent:        testAgent(withTLS("engine-tls", "")),
-		resolvedWith: []*corev1.Secret{caOnly},
-		want:         Connection{Address: "temporal.prod:7233", Namespace: "prod", TLS: &TLS{CAPEM: []byte(testPEM.cert)}},
+		name:    "CA only",
+		agent:   testAgent(withTLS("engine-tls", "")),
+		secrets: []*corev1.Secret{caOnly},
+		want:    Connection{Address: "temporal.prod:7233", Namespace: "prod", TLS: &TLS{CAPEM: []byte(testPEM.cert)}},
 	}, {
-		name:         "client certificate and CA",
-		agent:        testAgent(withTLS("engine-tls", "temporal.example")),
-		resolvedWith: []*corev1.Secret{mutual},
+		name:    "client certificate and CA",
+		agent:   testAgent(withTLS("engine-tls", "temporal.example")),
+		secrets: []*corev1.Secret{mutual},
 		want: Connection{Address: "temporal.prod:7233", Namespace: "prod", TLS: &TLS{CAPEM: []byte(testPEM.cert),
 			ClientCertPEM: []byte(testPEM.cert), ClientKeyPEM: []byte(testPEM.key), ServerName: "temporal.example"}},
 	}, {
-		name:         "client certificate with the system's authorities",
-		agent:        testAgent(withTLS("engine-tls", "")),
-		resolvedWith: []*corev1.Secret{certOnly},
+		name:    "client certificate with the system's authorities",
+		agent:   testAgent(withTLS("engine-tls", "")),
+		secrets: []*corev1.Secret{certOnly},
 		want: Connection{Address: "temporal.prod:7233", Namespace: "prod", TLS: &TLS{
 			ClientCertPEM: []byte(testPEM.cert), ClientKeyPEM: []byte(testPEM.key)}},
 	}, {
-		name:         "API key",
-		agent:        testAgent(withAPIKey("engine-key", "token")),
-		resolvedWith: []*corev1.Secret{apiKey},
-		want:         Connection{Address: "temporal.prod:7233", Namespace: "prod", APIKey: testAPIKey},
+		name:    "API key",
+		agent:   testAgent(withTLS("", ""), withAPIKey("engine-key", "token")),
+		secrets: []*corev1.Secret{apiKey},
+		want:    Connection{Address: "temporal.prod:7233", Namespace: "prod", APIKey: testAPIKey, TLS: &TLS{}},
 	}, {
-		name:         "the default engine's API key, from the Agent's namespace",
-		agent:        testAgent(withDefaultEngine()),
-		defaults:     defaultsWithKey,
-		resolvedWith: []*corev1.Secret{apiKey},
-		want:         Connection{Address: "temporal.default:7233", Namespace: "default", APIKey: testAPIKey},
+		name:    "the ClusterEngine's API key, from the operator's namespace",
+		agent:   testAgent(withClusterEngine()),
+		secrets: []*corev1.Secret{apiKey},
+		want:    Connection{Address: "temporal.default:7233", Namespace: "default", APIKey: testAPIKey, TLS: &TLS{}},
 	}, {
-		name:         "API key Secret lost its key",
-		agent:        testAgent(withAPIKey("engine-key", "token")),
-		resolvedWith: []*corev1.Secret{apiKey},
-		readNow:      []*corev1.Secret{secret("engine-key", map[string]string{"other": testAPIKey})},
-		wantErr:      `spec.engine.apiKeySecretRef: Secret "engine-key" has no key "token"`,
-	}, {
-		name:         "API key Secret gone",
-		agent:        testAgent(withAPIKey("engine-key", "token")),
-		resolvedWith: []*corev1.Secret{apiKey},
-		readNow:      []*corev1.Secret{},
-		wantErr:      `spec.engine.apiKeySecretRef: Secret "engine-key" does not exist`,
-	}, {
-		name:         "the default engine's API key Secret lost its key",
-		agent:        testAgent(withDefaultEngine()),
-		defaults:     defaultsWithKey,
-		resolvedWith: []*corev1.Secret{apiKey},
-		readNow:      []*corev1.Secret{secret("engine-key", nil)},
-		wantErr:      `the operator's default engine.apiKeySecretRef: Secret "engine-key" has no key "token"`,
-	}, {
-		name:         "TLS Secret lost ca.crt",
-		agent:        testAgent(withTLS("engine-tls", "")),
-		resolvedWith: []*corev1.Secret{mutual},
-		readNow:      []*corev1.Secret{certOnly},
-		wantErr:      `spec.engine.tls.secretRef: Secret "engine-tls" has no key "ca.crt"`,
-	}, {
-		name:         "TLS Secret gone",
-		agent:        testAgent(withTLS("engine-tls", "")),
-		resolvedWith: []*corev1.Secret{caOnly},
-		readNow:      []*corev1.Secret{},
-		wantErr:      `spec.engine.tls.secretRef: Secret "engine-tls" does not exist`,
-	}, {
-		name:         "ca.crt is no certificate",
-		agent:        testAgent(withTLS("engine-tls", "")),
-		resolvedWith: []*corev1.Secret{secret("engine-tls", map[string]string{render.TLSCAKey: "not-a-pem-" + testAPIKey})},
-		wantErr:      `spec.engine.tls.secretRef: ca.crt holds no PEM certificate`,
+		name:    "ca.crt is no certificate",
+		agent:   testAgent(withTLS("engine-tls", "")),
+		secrets: []*corev1.Secret{secret("engine-tls", map[string]string{render.TLSCAKey: "not-a-pem-" + testAPIKey})},
+		wantErr: `engine TLS: ca.crt holds no PEM certificate`,
 	}, {
 		name:  "tls.key does not belong to tls.crt",
 		agent: testAgent(withTLS("engine-tls", "")),
-		resolvedWith: []*corev1.Secret{secret("engine-tls", map[string]string{
+		secrets: []*corev1.Secret{secret("engine-tls", map[string]string{
 			render.TLSCertKey: testPEM.cert, render.TLSPrivateKeyKey: "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"})},
-		wantErr: `spec.engine.tls.secretRef: tls.crt and tls.key are not a certificate and its key`,
+		wantErr: `engine TLS: tls.crt and tls.key are not a certificate and its key`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			defaults := tc.defaults
-			if defaults.Engine == nil {
-				defaults = testDefaults
-			}
-			resolved := resolve(t, tc.agent, defaults, secretsByName(tc.resolvedWith...))
-			now := tc.resolvedWith
-			if tc.readNow != nil {
-				now = tc.readNow
-			}
-			got, err := ConnectionFor(resolved, secretsByName(now...))
+			resolved := resolve(t, tc.agent, secretsByName(tc.secrets...))
+			got, err := ConnectionFor(resolved)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("ConnectionFor() error = %v, want one containing %q", err, tc.wantErr)
 				}
-				assertNoSecret(t, err.Error(), append(tc.resolvedWith, tc.readNow...)...)
+				assertNoSecret(t, err.Error(), tc.secrets...)
 				return
 			}
 			if err != nil {

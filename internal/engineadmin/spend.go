@@ -9,15 +9,17 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
-// SpendCounter reads a Flow type's spend counter; a Flow type whose
-// sessions made no model call under a budget has none yet, and reads as
-// an empty counter.
-func (c *Client) SpendCounter(ctx context.Context, conn Connection, flowType string) (spend.Counter, error) {
+// SpendCounter reads an Agent's spend counter under its names; an Agent
+// whose sessions made no model call under a budget has none yet, and reads
+// as an empty counter.
+func (c *Client) SpendCounter(ctx context.Context, conn Connection, names tenancy.Names) (spend.Counter, error) {
 	var counter spend.Counter
+	flowType := names.FlowType
 	err := c.call(ctx, conn, func(ctx context.Context, sdk client.Client) error {
-		resp, err := sdk.QueryWorkflow(ctx, spend.CounterID(flowType), "", spend.UsageQuery)
+		resp, err := sdk.QueryWorkflow(ctx, names.SpendCounterID(), "", spend.UsageQuery)
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {
 			return nil

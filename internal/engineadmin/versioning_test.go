@@ -12,7 +12,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
-	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 func TestServerSupportsVersioning(t *testing.T) {
@@ -80,7 +80,7 @@ func TestAVersionedRolloutOnTheEngine(t *testing.T) {
 	conn := Connection{Address: server.FrontendHostPort(), Namespace: devserver.Namespace}
 	engines := newTestClient(t)
 	ctx := context.Background()
-	name := render.WorkerDeploymentName("Exporter")
+	name := tenancy.Tenant("test", "Exporter").WorkerDeployment()
 
 	if d, err := engines.WorkerDeployment(ctx, conn, name); err != nil || d.Exists {
 		t.Fatalf("WorkerDeployment before any worker = %+v, %v; want none", d, err)

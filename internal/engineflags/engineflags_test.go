@@ -6,20 +6,21 @@ import (
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/engineflags"
+	"github.com/stepwise-run/stepwise/internal/render"
 )
 
-func TestEngineRefusesWhatTheAPIWould(t *testing.T) {
+func TestApplyRefusesWhatNamesNothing(t *testing.T) {
 	cases := []struct {
 		args    []string
 		wantErr string
+		want    render.Defaults
 	}{
-		{[]string{"--default-engine-address=temporal-frontend.temporal.svc:7233"}, ""},
-		{[]string{"--default-engine-address=temporal-frontend.temporal.svc"},
-			"--default-engine-address: engine address \"temporal-frontend.temporal.svc\" must be host:port"},
-		{[]string{"--default-engine-address=temporal:0"}, "port from 1 to 65535"},
-		{[]string{"--default-engine-address=temporal:7233", "--default-engine-api-key-secret=engine-key"}, "want NAME/KEY"},
-		{[]string{"--default-engine-address=temporal:7233", "--default-engine-api-key-secret=engine/key"}, "needs --default-engine-tls"},
-		{[]string{"--default-engine-address=temporal:7233", "--default-engine-tls-secret=engine-tls", "--default-engine-api-key-secret=engine/key"}, ""},
+		{[]string{"--operator-namespace=stepwise-system", "--default-engine=shared"}, "", render.Defaults{DefaultEngine: "shared"}},
+		{[]string{"--operator-namespace=stepwise-system", "--allow-namespace-engines"}, "",
+			render.Defaults{AllowNamespaceEngines: true}},
+		{[]string{"--operator-namespace=stepwise-system", "--default-engine=Not_A_Name"}, "--default-engine Not_A_Name is not a ClusterEngine name", render.Defaults{}},
+		{[]string{"--operator-namespace="}, "--operator-namespace (or POD_NAMESPACE) must name", render.Defaults{}},
+		{[]string{"--operator-namespace=a.b"}, "--operator-namespace (or POD_NAMESPACE) must name", render.Defaults{}},
 	}
 	for _, tc := range cases {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -27,15 +28,15 @@ func TestEngineRefusesWhatTheAPIWould(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		engine, err := f.Engine()
+		var got render.Defaults
+		err := f.Apply(&got)
 		switch {
-		case tc.wantErr == "" && (err != nil || engine == nil || engine.Address != f.Address):
-			t.Errorf("%v: got %+v, %v", tc.args, engine, err)
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.wantErr == "" && (got.DefaultEngine != tc.want.DefaultEngine || got.AllowNamespaceEngines != tc.want.AllowNamespaceEngines):
+			t.Errorf("%v: defaults %+v, want %+v", tc.args, got, tc.want)
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.wantErr)
 		}
-	}
-	if engine, err := engineflags.Bind(flag.NewFlagSet("test", flag.ContinueOnError)).Engine(); engine != nil || err != nil {
-		t.Errorf("no address: got %+v, %v; want no engine", engine, err)
 	}
 }

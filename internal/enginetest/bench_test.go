@@ -16,6 +16,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/loop"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -161,12 +162,12 @@ func benchWorker(b *testing.B, flowType string, iterations int, call agent.Scrip
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: flowType, TaskQueue: sessions.TaskQueue(flowType), TaskSlots: 100, Runner: runner})
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: flowType, TaskQueue: tenancy.Shared(flowType).TaskQueue(), TaskSlots: 100, Runner: runner})
 	if err := w.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(w.Stop)
-	return sessions.New(c, flowType, ""), c
+	return sessions.New(c, sessions.Agent{FlowType: flowType}), c
 }
 
 // waitForTurns polls until a session has finished turns turns.

@@ -97,7 +97,7 @@ func TestCancelTurnDuringAModelCallDropsItsAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "gate-model please"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -152,7 +152,7 @@ func TestAWorkerKilledWhilePollingAToolTaskOnlyDelaysThePoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: report_task"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)

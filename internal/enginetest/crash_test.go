@@ -68,8 +68,10 @@ func TestAReadKilledMidCallRunsAgainWithTheSameIdempotencyKey(t *testing.T) {
 	if len(calls) != 2 {
 		t.Fatalf("read_a ran %d times, want twice: %v", len(calls), calls)
 	}
-	if calls[0][1] != calls[1][1] || calls[0][1] != "s1/turn-1/c1" {
-		t.Errorf("idempotency keys = %q and %q, want s1/turn-1/c1 both times", calls[0][1], calls[1][1])
+	// The key starts with the session's engine ID, which names its tenant,
+	// so two namespaces' sessions s1 never share a key at a tool's server.
+	if want := s.WorkflowID("s1") + "/turn-1/c1"; calls[0][1] != calls[1][1] || calls[0][1] != want {
+		t.Errorf("idempotency keys = %q and %q, want %s both times", calls[0][1], calls[1][1], want)
 	}
 	if calls[0][2] != "1" || calls[1][2] != "2" {
 		t.Errorf("attempts = %s and %s, want 1 and 2", calls[0][2], calls[1][2])
@@ -81,7 +83,7 @@ func TestAReadKilledMidCallRunsAgainWithTheSameIdempotencyKey(t *testing.T) {
 
 func TestAWorkerKilledWhileASessionWaitsForApprovalIsReplacedAndTheCallRunsOnce(t *testing.T) {
 	s := NewStack(t, "CrashApproval")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	first := s.StartWorker()
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: write_approved"); !ok || err != nil {
@@ -89,7 +91,7 @@ func TestAWorkerKilledWhileASessionWaitsForApprovalIsReplacedAndTheCallRunsOnce(
 	}
 	interrupt := firstInterrupt(t, sessions, "s1").ID
 	Eventually(t, waitLong, "the session to be found waiting for approval", func() (bool, error) {
-		found, err := client.Waiting(ctx, s.Client, "default", client.StepAwaitToolApproval)
+		found, _, err := sessions.Waiting(ctx, client.WaitingQuery{Steps: []string{client.StepAwaitToolApproval}})
 		for _, w := range found {
 			if w.SessionID == "s1" && w.FlowType == s.FlowType {
 				return true, nil
@@ -109,7 +111,7 @@ func TestAWorkerKilledWhileASessionWaitsForApprovalIsReplacedAndTheCallRunsOnce(
 		t.Errorf("write_approved ran %d times, want once", len(calls))
 	}
 	Eventually(t, waitLong, "the session to leave the approval search", func() (bool, error) {
-		found, err := client.Waiting(ctx, s.Client, "default", client.StepAwaitToolApproval)
+		found, _, err := sessions.Waiting(ctx, client.WaitingQuery{Steps: []string{client.StepAwaitToolApproval}})
 		for _, w := range found {
 			if w.SessionID == "s1" {
 				return false, err
@@ -121,7 +123,7 @@ func TestAWorkerKilledWhileASessionWaitsForApprovalIsReplacedAndTheCallRunsOnce(
 
 func TestAKillDuringRunModelRepeatsOnlyThatModelCall(t *testing.T) {
 	s := NewStack(t, "CrashModel")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	first := s.StartWorker()
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: read_a"); !ok || err != nil {
@@ -157,7 +159,7 @@ func TestAKillDuringRunModelRepeatsOnlyThatModelCall(t *testing.T) {
 
 func TestTwoToolCallsOfOneResponseRunAtTheSameTime(t *testing.T) {
 	s := NewStack(t, "Parallel")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	a, b := s.Gate("read_a"), s.Gate("read_b")
 	for _, g := range []Gate{a, b} {
 		if err := g.Arm(); err != nil {
@@ -217,7 +219,7 @@ func replaceAtGate(t *testing.T, s *Stack, w *Worker, gate Gate) *Worker {
 
 func stopAtGate(t *testing.T, s *Stack, tool string) (*client.Sessions, *Worker, Gate) {
 	t.Helper()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	gate := s.Gate(tool)
 	if err := gate.Arm(); err != nil {
 		t.Fatal(err)

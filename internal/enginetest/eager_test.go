@@ -58,11 +58,11 @@ func stepWorker(t *testing.T, s *Stack, name string, calls int, log *ranOn, acti
 	}
 	var w sdkworker.Worker
 	if activitiesOnly {
-		w = sdkworker.New(s.Client, sessions.TaskQueue(s.FlowType), sdkworker.Options{DisableWorkflowWorker: true})
+		w = sdkworker.New(s.Client, s.Names().TaskQueue(), sdkworker.Options{DisableWorkflowWorker: true})
 		(&engine.Activities{Runner: runner, State: engine.QueryLoader{Client: s.Client}}).Register(w)
 	} else {
 		w = engine.NewWorker(s.Client, engine.WorkerOptions{
-			FlowType: s.FlowType, TaskQueue: sessions.TaskQueue(s.FlowType), TaskSlots: 10, Runner: runner,
+			FlowType: s.FlowType, TaskQueue: s.Names().TaskQueue(), TaskSlots: 10, Runner: runner,
 		})
 	}
 	if err := w.Start(); err != nil {
@@ -82,7 +82,7 @@ func TestTheWorkerThatSchedulesAStepRunsItEagerly(t *testing.T) {
 	const calls = 10
 	stepWorker(t, s, "sessions", calls, log, false)
 	stepWorker(t, s, "activities-only", calls, log, true)
-	c := sessions.New(s.Client, s.FlowType, "")
+	c := sessions.New(s.Client, s.Agent())
 	if ok, err := c.Start(context.Background(), "s1", "go"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}

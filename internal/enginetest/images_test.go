@@ -155,7 +155,7 @@ func TestImagesFromTheCLIAndAnMCPToolReachEachProvider(t *testing.T) {
 			defer srv.Close()
 			s := imageStack(t, "Images"+strings.ReplaceAll(string(tc.provider), "-", ""), tc.provider, srv.URL+tc.path, gw, gw.Endpoint)
 			s.StartWorker()
-			sessions := client.New(s.Client, s.FlowType, "")
+			sessions := client.New(s.Client, s.Agent())
 			if ok, err := sessions.Start(ctx, "look", ""); !ok || err != nil {
 				t.Fatalf("Start = %v, %v", ok, err)
 			}
@@ -165,7 +165,7 @@ func TestImagesFromTheCLIAndAnMCPToolReachEachProvider(t *testing.T) {
 			if err := os.WriteFile(file, png, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(cli, "--address", s.Server.FrontendHostPort(), "--flow-type", s.FlowType,
+			cmd := exec.Command(cli, "--address", s.Server.FrontendHostPort(), "--flow-type", s.FlowType, "--agent", s.Config.Agent.Namespace+"/"+s.Config.Agent.Name,
 				"--media-store", "s3://media/sessions", "--s3-endpoint", gw.Endpoint, "--s3-region", "us-east-1", "--s3-path-style",
 				"--image", file, "send", "look", "What is in this chart?")
 			cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+gw.AccessKeyID, "AWS_SECRET_ACCESS_KEY="+gw.SecretAccessKey)
@@ -334,7 +334,7 @@ func TestAWorkerKilledMidUploadRetriesToTheSameObject(t *testing.T) {
 	defer srv.Close()
 	s := imageStack(t, "ImagesCrash", agentsv1.ModelProviderOpenAI, srv.URL+"/v1", gw, proxy.URL)
 	first := s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	if ok, err := sessions.Start(ctx, "crash", "show me the logo"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}

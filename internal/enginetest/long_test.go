@@ -17,6 +17,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -71,13 +72,13 @@ func TestALongSessionStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	ends := make(turnEnds, 16)
-	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "LongSession", TaskQueue: sessions.TaskQueue("LongSession"),
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "LongSession", TaskQueue: tenancy.Shared("LongSession").TaskQueue(),
 		TaskSlots: 8, Runner: runner, Events: ends})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	s := sessions.New(c, "LongSession", "")
+	s := sessions.New(c, sessions.Agent{FlowType: "LongSession"})
 	ctx := context.Background()
 	if ok, err := s.Start(ctx, "long", ""); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)

@@ -46,7 +46,7 @@ func httpToolSource(name, url string) workerconfig.ToolSource {
 // never sent again.
 func TestAWorkerKilledDuringMCPCallsOfEachEffectClassFollowsTheReissueRules(t *testing.T) {
 	s, ledger := ledgerStack(t, "MCPCrash")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	tools := []string{"balance", "set_limit", "send_payment", "note"}
 	var reached []<-chan struct{}
@@ -80,8 +80,8 @@ func TestAWorkerKilledDuringMCPCallsOfEachEffectClassFollowsTheReissueRules(t *t
 
 	answer := lastAnswer(t, sessions, "s1", 1)
 	for _, want := range []string{
-		"ledger__balance=balance applied s1/turn-1/c1",
-		"ledger__set_limit=set_limit applied s1/turn-1/c2",
+		"ledger__balance=balance applied " + s.WorkflowID("s1") + "/turn-1/c1",
+		"ledger__set_limit=set_limit applied " + s.WorkflowID("s1") + "/turn-1/c2",
 		"ledger__send_payment=" + session.OutcomeUnknownText,
 		"ledger__note=" + session.OutcomeUnknownText,
 	} {
@@ -95,7 +95,7 @@ func TestAWorkerKilledDuringMCPCallsOfEachEffectClassFollowsTheReissueRules(t *t
 			t.Errorf("%s was sent %d times, want %d: %+v", tool, len(calls), want, calls)
 			continue
 		}
-		key := "s1/turn-1/c" + itoa(1+indexOf(tools, tool))
+		key := s.WorkflowID("s1") + "/turn-1/c" + itoa(1+indexOf(tools, tool))
 		for i, c := range calls {
 			if c.IdempotencyKey != key {
 				t.Errorf("%s call %d carried key %q, want %q", tool, i, c.IdempotencyKey, key)
@@ -115,7 +115,7 @@ func TestAReadOnlyIdempotentMCPToolThatTimesOutThreeTimesFails(t *testing.T) {
 	s.Config.ToolSources[0].RequestTimeout = metav1.Duration{Duration: time.Second}
 	ledger.Hold("quote")
 	defer ledger.Release("quote")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	s.StartWorker()
 	if ok, err := sessions.Start(context.Background(), "s1", "tools: ledger__quote"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -133,7 +133,7 @@ func TestAReadOnlyIdempotentMCPToolThatTimesOutThreeTimesFails(t *testing.T) {
 // after one that did not succeed is skipped without being sent.
 func TestDeclaredMCPWritesRunInOrderAndStopAtTheFirstThatDidNotSucceed(t *testing.T) {
 	s, ledger := ledgerStack(t, "MCPOrdered")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	s.StartWorker()
 	if ok, err := sessions.Start(context.Background(), "s1", "tools: ledger__uncertain, ledger__send_payment, ledger__balance"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -142,7 +142,7 @@ func TestDeclaredMCPWritesRunInOrderAndStopAtTheFirstThatDidNotSucceed(t *testin
 	for _, want := range []string{
 		"ledger__uncertain=" + session.OutcomeUnknownText + " (the payment provider timed out)",
 		"ledger__send_payment=The tool call failed: " + session.ToolCallNotRunPrefix + ": " + session.SkippedAfterWriteDetail,
-		"ledger__balance=balance applied s1/turn-1/c3",
+		"ledger__balance=balance applied " + s.WorkflowID("s1") + "/turn-1/c3",
 	} {
 		if !strings.Contains(answer, want) {
 			t.Errorf("the model saw %q, want %q in it", answer, want)
@@ -177,7 +177,7 @@ func TestAStdioToolSourceFromTheWorkerConfig(t *testing.T) {
 		RequestTimeout:    metav1.Duration{Duration: time.Minute},
 		Stdio:             &workerconfig.Stdio{Command: filepath.Join(dir, "mcp-server-filesystem"), Args: []string{root}},
 	}}
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	s.StartWorker()
 	if ok, err := sessions.Start(context.Background(), "s1", "tools: files__list_allowed_directories"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -206,7 +206,7 @@ func taskStack(t *testing.T, flowType string) (*Stack, *mcptest.TaskServer) {
 // waits.
 func TestAnMCPTaskAsksTheUserAndCompletes(t *testing.T) {
 	s, ts := taskStack(t, "MCPTask")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	first := s.StartWorker()
 	if ok, err := sessions.Start(ctx, "s1", "tools: jobs__approval_report"); !ok || err != nil {
@@ -244,7 +244,7 @@ func TestAnMCPTaskAsksTheUserAndCompletes(t *testing.T) {
 // and records the call outcome_unknown.
 func TestCancellingATurnCancelsItsMCPTask(t *testing.T) {
 	s, ts := taskStack(t, "MCPTaskCancel")
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	s.StartWorker()
 	if ok, err := sessions.Start(ctx, "s1", "tools: jobs__slow_report"); !ok || err != nil {

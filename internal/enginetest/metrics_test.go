@@ -76,7 +76,7 @@ func sample(families map[string]*dto.MetricFamily, name string, want map[string]
 func TestAWorkerCountsItsSessionsOnItsMetricsEndpoint(t *testing.T) {
 	s := NewStack(t, "MetricsAgent")
 	w := s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: write_approved, read_a"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)

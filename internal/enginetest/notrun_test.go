@@ -12,6 +12,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -45,7 +46,7 @@ func TestAToolStepNoWorkerTookRecordsThatTheToolDidNotRun(t *testing.T) {
 	timings.ToolQueueTimeout = 2 * time.Second
 	newWorker := func(workflowsOnly bool) worker.Worker {
 		w := engine.NewWorker(c, engine.WorkerOptions{
-			FlowType: flowType, TaskQueue: sessions.TaskQueue(flowType), TaskSlots: 10, Runner: runner, Timings: timings,
+			FlowType: flowType, TaskQueue: tenancy.Shared(flowType).TaskQueue(), TaskSlots: 10, Runner: runner, Timings: timings,
 			Options: worker.Options{LocalActivityWorkerOnly: workflowsOnly},
 		})
 		if err := w.Start(); err != nil {
@@ -54,7 +55,7 @@ func TestAToolStepNoWorkerTookRecordsThatTheToolDidNotRun(t *testing.T) {
 		return w
 	}
 	full := newWorker(false)
-	s := sessions.New(c, flowType, "")
+	s := sessions.New(c, sessions.Agent{FlowType: flowType})
 	ctx := context.Background()
 	if ok, err := s.Start(ctx, "s1", "save a note"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)

@@ -20,6 +20,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
+	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -148,8 +149,9 @@ func renderedConfig(t *testing.T, s *Stack, provider agentsv1.ModelProvider, bas
 		m(agent)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "model-key", Namespace: "team"}, Data: map[string][]byte{"api-key": []byte(providerKey)}}
-	resolved, blocker := render.Resolve(agent, render.Observed{Secrets: map[string]*corev1.Secret{"model-key": secret}},
-		render.Defaults{Engine: &agentsv1.EngineSpec{Address: s.Server.FrontendHostPort(), Namespace: "default"}, WorkerImage: "stock", WorkerEngineVersion: "0.1.0"})
+	resolved, blocker := render.Resolve(agent, render.Observed{Secrets: map[string]*corev1.Secret{"model-key": secret},
+		ClusterEngine: ReadyClusterEngine("dev", s.Server.FrontendHostPort())},
+		render.Defaults{DefaultEngine: "dev", WorkerImage: "stock", WorkerEngineVersion: version.EngineVersion})
 	if blocker != nil {
 		t.Fatalf("the Agent is blocked: %s: %s", blocker.Reason, blocker.Message)
 	}
@@ -189,7 +191,7 @@ func TestTwoTurnsWithToolCallsAgainstEachProvidersWireFormat(t *testing.T) {
 			s := NewStack(t, "Provider"+strings.ReplaceAll(string(tc.provider), "-", ""))
 			renderedConfig(t, s, tc.provider, srv.URL+tc.path)
 			w := s.StartWorker()
-			sessions := client.New(s.Client, s.FlowType, "")
+			sessions := client.New(s.Client, s.Agent())
 			ctx := context.Background()
 			if ok, err := sessions.Start(ctx, "s1", "wait please"); !ok || err != nil {
 				t.Fatalf("Start = %v, %v", ok, err)
@@ -270,7 +272,7 @@ func TestSessionSettingsChooseAmongTheStockWorkersModels(t *testing.T) {
 		}}}
 	})
 	s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 
 	if ok, err := sessions.Start(ctx, "s1", "wait please", client.WithSettings(client.SessionSettings{"model": "claude"})); !ok || err != nil {
@@ -385,7 +387,7 @@ func TestEmptyAndRepeatedToolCallIDsFromAnOpenAICompatibleServer(t *testing.T) {
 	renderedConfig(t, s, agentsv1.ModelProviderOpenAICompatible, srv.URL+"/v1")
 	s.Config.ToolSources = []workerconfig.ToolSource{httpToolSource("ledger", ledger.URL)}
 	s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "balances please"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -449,7 +451,7 @@ func TestEmptyAndRepeatedToolCallIDsFromAnOpenAICompatibleServer(t *testing.T) {
 	for note, id := range wantIDs {
 		// The ledger answers with the idempotency key, which names the
 		// call: each result is its own call's.
-		if want := "balance applied s1/" + turnOf[note] + "/" + id; results[id] != want {
+		if want := "balance applied " + s.WorkflowID("s1") + "/" + turnOf[note] + "/" + id; results[id] != want {
 			t.Errorf("the result paired with %s (note %s) = %q, want %q", id, note, results[id], want)
 		}
 	}

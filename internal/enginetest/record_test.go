@@ -19,7 +19,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/media/localstore"
 	"github.com/stepwise-run/stepwise/internal/media/mediatest"
-	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -52,7 +52,7 @@ func TestRecordHistories(t *testing.T) {
 	// Since 0.6.0: a media store in a local directory.
 	mediaRoot := filepath.Join(t.TempDir(), "media")
 	s.Config.MediaStore = &workerconfig.MediaStore{StoreURI: media.LocalStoreURI(mediaRoot), LocalDirectory: &workerconfig.LocalDirectoryMediaStore{Root: mediaRoot}}
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	first := s.StartWorker()
 	interrupt := func(id string) string { return firstInterrupt(t, sessions, id).ID }
@@ -181,9 +181,16 @@ func TestRecordHistories(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	save := func(c tclient.Client, id, runID, file string) { saveHistory(t, c, id, runID, filepath.Join(dir, file)) }
+	save := func(on *Stack, id, runID, file string) {
+		workflowID := on.WorkflowID(id)
+		if _, err := on.Client.DescribeWorkflow(ctx, workflowID, ""); err != nil {
+			// A session that moved from the shared names keeps its ID.
+			workflowID = id
+		}
+		saveHistory(t, on.Client, workflowID, runID, filepath.Join(dir, file))
+	}
 	for _, id := range []string{"chat", "approvals", "builtins", "crash", "settings", "steered", "task", "mcp", "plans", "images", "late-question"} {
-		save(s.Client, id, "", id+".json")
+		save(s, id, "", id+".json")
 	}
 
 	// Since 0.2.0: a session that compacts and continues as new, on a
@@ -192,14 +199,14 @@ func TestRecordHistories(t *testing.T) {
 	long := NewStack(t, ReplayFlowType, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=80")
 	long.Config.Definition.Compaction = &workerconfig.Compaction{ContextWindowTokens: 150, TriggerRatio: 0.85, KeepRatio: 0.3, RetainedMessageLimit: 4}
 	long.StartWorker()
-	longSessions := client.New(long.Client, long.FlowType, "")
+	longSessions := client.New(long.Client, long.Agent())
 	must(longSessions.Start(ctx, "continued", "question 1"))
 	lastAnswer(t, longSessions, "continued", 1)
 	for i := 2; i <= 12; i++ {
 		must(longSessions.Send(ctx, "continued", "question "+itoa(i)+" "+strings.Repeat("?", 40)))
 		lastAnswer(t, longSessions, "continued", i)
 	}
-	runs, err := long.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowId = "continued"`})
+	runs, err := long.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowId = "` + long.WorkflowID("continued") + `"`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,14 +216,14 @@ func TestRecordHistories(t *testing.T) {
 	}
 	// Runs are listed newest first: keep the first run, and one that began
 	// from carried state and continued again.
-	save(long.Client, "continued", all[len(all)-1].GetExecution().GetRunId(), "continued-first-run.json")
-	save(long.Client, "continued", all[1].GetExecution().GetRunId(), "continued-carried-run.json")
+	save(long, "continued", all[len(all)-1].GetExecution().GetRunId(), "continued-first-run.json")
+	save(long, "continued", all[1].GetExecution().GetRunId(), "continued-carried-run.json")
 
 	// Since 0.5.0: a session pinned to a worker version, woken by the move
 	// signal once another version is current, continues as new on it.
 	versioned := NewStack(t, ReplayFlowType, VersionedServerArgs...)
 	startVersion(t, versioned, "record_Recorded", "0.5.0-old")
-	versionedSessions := client.New(versioned.Client, versioned.FlowType, "")
+	versionedSessions := client.New(versioned.Client, versioned.Agent())
 	must(versionedSessions.Start(ctx, "moved", "hello"))
 	lastAnswer(t, versionedSessions, "moved", 1)
 	_, firstRun := pinnedTo(t, versioned, "moved")
@@ -226,12 +233,49 @@ func TestRecordHistories(t *testing.T) {
 			return true, nil
 		}
 		time.Sleep(time.Second)
-		return false, versioned.Client.SignalWorkflow(ctx, "moved", "", engine.SignalMoveToCurrentVersion, nil)
+		return false, versioned.Client.SignalWorkflow(ctx, versioned.WorkflowID("moved"), "", engine.SignalMoveToCurrentVersion, nil)
 	})
 	must(versionedSessions.Send(ctx, "moved", "again"))
 	lastAnswer(t, versionedSessions, "moved", 2)
-	save(versioned.Client, "moved", firstRun, "moved-first-run.json")
-	save(versioned.Client, "moved", "", "moved-carried-run.json")
+	save(versioned, "moved", firstRun, "moved-first-run.json")
+	save(versioned, "moved", "", "moved-carried-run.json")
+
+	// Since 0.8.0: a session of the shared names, woken by the move
+	// signal, moves to its Agent's own task queue and goes on there.
+	moving := NewStack(t, ReplayFlowType)
+	shared, own := tenancy.Shared(moving.FlowType), tenancy.Tenant(moving.Config.Agent.Namespace, moving.FlowType)
+	moving.Config.Engine.TaskQueue = shared.TaskQueue()
+	before := moving.StartWorker()
+	earlier := client.New(moving.Client, client.Agent{FlowType: moving.FlowType})
+	must(earlier.Start(ctx, "to-own-names", "hello"))
+	lastAnswer(t, earlier, "to-own-names", 1)
+	sharedRun := runOf(t, moving, "to-own-names")
+	before.Kill()
+	moving.Config.Engine.TaskQueue, moving.Config.Engine.SharedTaskQueue = own.TaskQueue(), shared.TaskQueue()
+	moving.StartWorker()
+	Eventually(t, waitLong, "the session to move to its Agent's own names", func() (bool, error) {
+		desc, err := moving.Client.DescribeWorkflow(ctx, "to-own-names", "")
+		if err != nil || desc.TaskQueueName == own.TaskQueue() {
+			return err == nil, err
+		}
+		time.Sleep(time.Second)
+		return false, moving.Client.SignalWorkflow(ctx, "to-own-names", "", engine.SignalMoveToCurrentVersion, nil)
+	})
+	ownSessions := client.New(moving.Client, moving.Agent())
+	must(ownSessions.Send(ctx, "to-own-names", "again"))
+	lastAnswer(t, ownSessions, "to-own-names", 2)
+	save(moving, "to-own-names", sharedRun, "to-own-names-shared-run.json")
+	save(moving, "to-own-names", "", "to-own-names-own-run.json")
+}
+
+// runOf is the ID of a session's current run, under its workflow ID.
+func runOf(t *testing.T, s *Stack, workflowID string) string {
+	t.Helper()
+	desc, err := s.Client.DescribeWorkflow(context.Background(), workflowID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return desc.WorkflowExecution.RunID
 }
 
 // saveHistory writes one run's history as the replayer reads it.
@@ -267,7 +311,7 @@ func TestRecordSpendCounterHistory(t *testing.T) {
 	s.Config.SpendLimit = &workerconfig.SpendLimit{Window: metav1.Duration{Duration: time.Hour}, AgentTokens: 2000}
 	s.StartWorker()
 	s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	refused := 0
 	for i := range 4 {
 		id := "spender-" + itoa(i)
@@ -284,5 +328,5 @@ func TestRecordSpendCounterHistory(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	saveHistory(t, s.Client, spend.CounterID(s.FlowType), "", filepath.Join(dir, "spend-counter.json"))
+	saveHistory(t, s.Client, s.Names().SpendCounterID(), "", filepath.Join(dir, "spend-counter.json"))
 }

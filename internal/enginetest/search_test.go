@@ -19,7 +19,7 @@ import (
 func TestTheActiveStepSearchIsWrittenOncePerWorkflowTask(t *testing.T) {
 	s := NewStack(t, "SearchUpserts")
 	s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: write_approved, read_a, read_b"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -36,7 +36,7 @@ func TestTheActiveStepSearchIsWrittenOncePerWorkflowTask(t *testing.T) {
 	var tasks, upserts int
 	perTask := 0
 	var written [][]string
-	it := s.Client.GetWorkflowHistory(ctx, "s1", "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := s.Client.GetWorkflowHistory(ctx, s.WorkflowID("s1"), "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		event, err := it.Next()
 		if err != nil {

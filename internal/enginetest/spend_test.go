@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -37,12 +38,12 @@ func counterOf(t *testing.T, s *Stack) spend.Counter {
 	admin := engineadmin.New(logr.Discard())
 	defer admin.Close()
 	conn := engineadmin.Connection{Address: s.Server.FrontendHostPort(), Namespace: s.Config.Engine.Namespace}
-	c, err := admin.SpendCounter(context.Background(), conn, s.FlowType)
+	c, err := admin.SpendCounter(context.Background(), conn, s.Names())
 	if err != nil {
 		t.Fatalf("reading the spend counter: %v", err)
 	}
 	// A Flow type that never spent under a budget has no counter.
-	if none, err := admin.SpendCounter(context.Background(), conn, "NeverSpent"); err != nil || none.Calls != 0 {
+	if none, err := admin.SpendCounter(context.Background(), conn, tenancy.Tenant("test", "NeverSpent")); err != nil || none.Calls != 0 {
 		t.Errorf("a Flow type with no counter reads as %+v, %v", none, err)
 	}
 	return c
@@ -67,7 +68,7 @@ func TestSessionsOnTwoWorkersStopAtTheAgentsBudget(t *testing.T) {
 	}
 	s.StartWorker()
 	s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	// Every turn is one model call of the same size: a long message, so a
 	// handful of calls spend the budget.
@@ -152,7 +153,7 @@ func TestASessionStopsAtItsOwnBudget(t *testing.T) {
 	s := NewStack(t, "SessionBudgetAgent")
 	s.Config.SpendLimit = &workerconfig.SpendLimit{Window: metav1.Duration{Duration: time.Hour}, SessionTokens: 1}
 	s.StartWorker()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	for _, id := range []string{"s1", "s2"} {
 		if ok, err := sessions.Start(ctx, id, "hello"); !ok || err != nil {

@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
+	temporalclient "go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/devserver"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
+	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -98,7 +101,7 @@ type Stack struct {
 	t        testing.TB
 	Dir      string
 	Server   *devserver.Server
-	Client   client.Client
+	Client   temporalclient.Client
 	FlowType string
 	Config   workerconfig.Config
 	// Binary is the worker the stack starts: the test worker, unless a
@@ -120,10 +123,10 @@ func NewStack(t testing.TB, flowType string, serverArgs ...string) *Stack {
 		Binary: workerBinary(t),
 		Config: workerconfig.Config{
 			APIVersion: workerconfig.APIVersion, Kind: workerconfig.Kind,
-			Agent:    workerconfig.AgentRef{Namespace: "test", Name: "test"},
+			Agent:    workerconfig.AgentRef{Namespace: "test", Name: "test", UID: "uid-test"},
 			FlowType: flowType, EngineVersion: version.EngineVersion, TaskSlots: 10,
 			Engine: workerconfig.Engine{
-				Address: server.FrontendHostPort(), Namespace: "default", TaskQueue: "stepwise/" + flowType,
+				Address: server.FrontendHostPort(), Namespace: "default", TaskQueue: tenancy.Tenant("test", flowType).TaskQueue(),
 				StepHeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second},
 			},
 			Definition: workerconfig.Definition{
@@ -138,6 +141,47 @@ func NewStack(t testing.TB, flowType string, serverArgs ...string) *Stack {
 		},
 	}
 	return s
+}
+
+// Agent is the stack's Agent as a client addresses it, under the names its
+// workers' configuration gives them.
+func (s *Stack) Agent() client.Agent {
+	a := client.Agent{Namespace: s.Config.Agent.Namespace, Name: s.Config.Agent.Name, UID: s.Config.Agent.UID, FlowType: s.FlowType,
+		TaskQueue: s.Config.Engine.TaskQueue, SharedTaskQueue: s.Config.Engine.SharedTaskQueue}
+	if shared := tenancy.Shared(s.FlowType); s.Config.Engine.TaskQueue == shared.TaskQueue() {
+		a.SharedTaskQueue = shared.TaskQueue()
+	}
+	return a
+}
+
+// SetAgent makes the stack's workers those of Agent namespace/name, under
+// the Agent's own names.
+func (s *Stack) SetAgent(namespace, name string) {
+	s.Config.Agent = workerconfig.AgentRef{Namespace: namespace, Name: name, UID: "uid-" + namespace + "-" + name}
+	s.Config.Engine.TaskQueue = tenancy.Tenant(namespace, s.FlowType).TaskQueue()
+}
+
+// Names are the names the stack's workers keep its sessions under.
+func (s *Stack) Names() tenancy.Names {
+	if shared := tenancy.Shared(s.FlowType); s.Config.Engine.TaskQueue == shared.TaskQueue() {
+		return shared
+	}
+	return tenancy.Tenant(s.Config.Agent.Namespace, s.FlowType)
+}
+
+// WorkflowID is the engine's ID of one of the stack's sessions.
+func (s *Stack) WorkflowID(sessionID string) string { return s.Names().WorkflowID(sessionID) }
+
+// ReadyClusterEngine is a ClusterEngine of every namespace, as the operator
+// reports it once it reached the engine at address, for tests that render
+// what the operator would.
+func ReadyClusterEngine(name, address string) *agentsv1.ClusterEngine {
+	return &agentsv1.ClusterEngine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1},
+		Spec:       agentsv1.ClusterEngineSpec{Address: address, Namespace: "default", NamespaceSelector: &metav1.LabelSelector{}},
+		Status: agentsv1.ClusterEngineStatus{ObservedGeneration: 1, NamespaceID: "namespace-id-of-" + name,
+			Conditions: []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: agentsv1.ReasonReconciled}}},
+	}
 }
 
 // Worker is one worker child process in its own process group.

@@ -182,7 +182,7 @@ func tracedWorker(t *testing.T, s *Stack, logs *syncBuffer, processors ...sdktra
 // it approves; it returns the approval it answered.
 func approvedTurn(t *testing.T, s *Stack) (*client.Sessions, client.Interrupt) {
 	t.Helper()
-	sessions := client.New(s.Client, s.FlowType, "")
+	sessions := client.New(s.Client, s.Agent())
 	ctx := context.Background()
 	if ok, err := sessions.Start(ctx, "s1", "tools: flaky_read, write_approved"); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -293,7 +293,7 @@ func TestAnApprovalSplitsTheTurnIntoLinkedTracesAndRetriesAreSiblingAttempts(t *
 	}
 	// The tool ran with its span current, which MCP calls and HTTP
 	// clients propagate.
-	if sc, _ := current.Load("s1/turn-1/c2"); sc == nil || !sc.(trace.SpanContext).Equal(writes[0].SpanContext) {
+	if sc, _ := current.Load(s.WorkflowID("s1") + "/turn-1/c2"); sc == nil || !sc.(trace.SpanContext).Equal(writes[0].SpanContext) {
 		t.Errorf("the write ran under span %v, want its execute_tool span %v", sc, writes[0].SpanContext)
 	}
 	for _, sp := range got {
@@ -355,7 +355,7 @@ func TestAWorkerKilledMidCallExportsNoSpanForThatAttemptAndTheNextJoinsItsTrace(
 	}
 	// The killed worker began the activation; the replacement parents the
 	// retried attempt from the root context the session stored then.
-	desc, err := s.Client.DescribeWorkflow(context.Background(), "s1", "")
+	desc, err := s.Client.DescribeWorkflow(context.Background(), s.WorkflowID("s1"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

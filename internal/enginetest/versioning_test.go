@@ -30,7 +30,7 @@ func startVersion(t *testing.T, s *Stack, deployment, buildID string) *Worker {
 // pinned to, and the run's ID.
 func pinnedTo(t *testing.T, s *Stack, id string) (buildID, runID string) {
 	t.Helper()
-	d, err := s.Client.DescribeWorkflow(context.Background(), id, "")
+	d, err := s.Client.DescribeWorkflow(context.Background(), s.WorkflowID(id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestSessionsMoveToTheCurrentWorkerVersionBetweenTurns(t *testing.T) {
 	s := NewStack(t, "Versioned", VersionedServerArgs...)
 	const deployment = "test_Versioned"
 	ctx := context.Background()
-	api := sessions.New(s.Client, s.FlowType, "")
+	api := sessions.New(s.Client, s.Agent())
 	oldWorker := startVersion(t, s, deployment, "0.5.0-old")
 
 	// "idle" finished a turn and waits; "busy" is held in a tool call.
@@ -83,7 +83,7 @@ func TestSessionsMoveToTheCurrentWorkerVersionBetweenTurns(t *testing.T) {
 		}
 		if time.Since(moveSignalled[id]) > time.Second {
 			moveSignalled[id] = time.Now()
-			if err := s.Client.SignalWorkflow(ctx, id, "", engine.SignalMoveToCurrentVersion, nil); err != nil {
+			if err := s.Client.SignalWorkflow(ctx, s.WorkflowID(id), "", engine.SignalMoveToCurrentVersion, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,8 +1,15 @@
-// Package flowclaim says which Agent holds a Flow type on an engine
-// namespace. Session IDs are unique per engine namespace, so the Agent that
-// holds a Flow type is the only one whose workers, and whose callers, may
-// reach that Flow type's sessions; the operator refuses every other Agent
-// that claims it, and the gateway serves only the holder.
+// Package flowclaim says which Agent holds a claim of names on an engine.
+// An Agent's names on the engine carry its Kubernetes namespace and Flow
+// type (internal/tenancy), so a claim is contested only within one
+// namespace; the names workers of engine 0.7.0 and earlier share are the
+// exception, contested across namespaces. The operator refuses every Agent
+// but the holder, and the gateway serves only the holder.
+//
+// A claim is keyed by the engine's own ID of its Temporal namespace, never
+// by the address an Agent spells, and held only by workers whose
+// Deployment an Agent controls that claims the same names on the same
+// engine itself: a label on a Deployment finds candidates, and the
+// controlling Agent decides.
 package flowclaim
 
 import (
@@ -19,6 +26,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 // Claimant is an Agent whose worker Deployment serves a Flow type claim.
@@ -43,31 +51,71 @@ func Elect(holders []Claimant) Claimant {
 	})
 }
 
+// Claim is a claim of names on one engine.
+type Claim struct {
+	// EngineID is the engine's ID of its Temporal namespace.
+	EngineID string
+	Names    tenancy.Names
+}
+
+// Label is the claim's label value on the Deployments that serve it.
+func (c Claim) Label() string { return render.FlowClaim(c.EngineID, c.Names) }
+
 // Holders lists the live Agents whose worker Deployments serve a claim.
-// The Deployment's label, not the Agent's spec, says what its workers serve
-// now: an Agent whose spec moved on still holds its old claim until its new
-// workers are applied.
-func Holders(ctx context.Context, c client.Reader, claim string) ([]Claimant, error) {
-	var deployments appsv1.DeploymentList
-	if err := c.List(ctx, &deployments, client.MatchingLabels{render.LabelFlowClaim: claim}); err != nil {
-		return nil, fmt.Errorf("listing worker Deployments of a Flow type claim: %w", err)
+// The Deployment's label, not the Agent's spec, says which names its
+// workers serve now: an Agent whose spec moved on still holds its old
+// claim until its new workers are applied. But the label alone holds
+// nothing: the Deployment must be controlled by an Agent of the claim's
+// Flow type, which the operator found on the claim's engine, and, for
+// names of a namespace, in that namespace; and for the shared names, an
+// Agent whose sessions run under them.
+func Holders(ctx context.Context, c client.Reader, claim Claim) ([]Claimant, error) {
+	var opts []client.ListOption
+	if !claim.Names.IsShared() {
+		opts = append(opts, client.InNamespace(claim.Names.Namespace))
 	}
+	seen := map[types.NamespacedName]bool{}
 	var holders []Claimant
-	for i := range deployments.Items {
-		owner, err := ControllingAgent(ctx, c, &deployments.Items[i])
-		if err != nil {
-			return nil, err
+	for _, label := range []string{render.LabelFlowClaim, render.LabelSharedFlowClaim} {
+		var deployments appsv1.DeploymentList
+		if err := c.List(ctx, &deployments, append(opts, client.MatchingLabels{label: claim.Label()})...); err != nil {
+			return nil, fmt.Errorf("listing worker Deployments of a Flow type claim: %w", err)
 		}
-		if owner != nil {
-			holders = append(holders, Claimant{Key: client.ObjectKeyFromObject(owner), Created: owner.CreationTimestamp})
+		for i := range deployments.Items {
+			owner, err := ControllingAgent(ctx, c, &deployments.Items[i])
+			if err != nil {
+				return nil, err
+			}
+			if owner == nil || !mayHold(owner, claim) {
+				continue
+			}
+			key := client.ObjectKeyFromObject(owner)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			holders = append(holders, Claimant{Key: key, Created: owner.CreationTimestamp})
 		}
 	}
 	return holders, nil
 }
 
+// mayHold says whether an Agent is one that could have made a claim: of its
+// Flow type, on its engine as the operator found it, and of names it may
+// have.
+func mayHold(agent *agentsv1.Agent, claim Claim) bool {
+	switch {
+	case agent.Spec.FlowType != claim.Names.FlowType || agent.Status.EngineID != claim.EngineID:
+		return false
+	case claim.Names.IsShared():
+		return render.KeepsSharedNames(agent)
+	}
+	return agent.Namespace == claim.Names.Namespace
+}
+
 // Holder returns the Agent that holds a claim; ok is false when no Agent
 // runs workers for it.
-func Holder(ctx context.Context, c client.Reader, claim string) (holder types.NamespacedName, ok bool, err error) {
+func Holder(ctx context.Context, c client.Reader, claim Claim) (holder types.NamespacedName, ok bool, err error) {
 	holders, err := Holders(ctx, c, claim)
 	if err != nil || len(holders) == 0 {
 		return types.NamespacedName{}, false, err

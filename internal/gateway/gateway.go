@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/stepwise-run/stepwise/internal/hubapi"
@@ -34,9 +33,9 @@ func (a AgentRef) String() string { return a.Namespace + "/" + a.Name }
 type Target struct {
 	// Client is an SDK client of the Agent's engine, for as long as the
 	// request runs.
-	Client    client.Client
-	FlowType  string
-	TaskQueue string
+	Client client.Client
+	// Agent is the Agent as its sessions are reached.
+	Agent sessions.Agent
 }
 
 // Agents finds Agents' engines.
@@ -299,7 +298,7 @@ func (s *Server) route(verb Verb, start bool, handle func(*call) (any, error)) h
 		}
 		defer release()
 		c := &call{w: w, r: r, ctx: ctx, agent: ref, sessionID: sessionID, target: target,
-			sessions: sessions.New(target.Client, target.FlowType, target.TaskQueue)}
+			sessions: sessions.New(target.Client, target.Agent)}
 		if err := s.checkSession(c, start); err != nil {
 			s.fail(w, r, err)
 			return
@@ -317,30 +316,23 @@ func (s *Server) route(verb Verb, start bool, handle func(*call) (any, error)) h
 	})
 }
 
-// checkSession makes sure the session runs the Agent's Flow type. Session
-// IDs are unique per engine namespace, not per Agent, so without this check
-// a caller allowed on one Agent could reach another Agent's session by its
-// ID. A start may name a session that does not exist yet.
+// checkSession makes sure the session is the Agent's: the client finds
+// only the Agent's own sessions, and answers another Agent's, in this
+// namespace or another, exactly as one that does not exist. A start may
+// name a session that does not exist yet, or one of the Agent's own, which
+// the start answers; another Agent's session of the same ID is no
+// obstacle, as the new session is the Agent's own.
 func (s *Server) checkSession(c *call, start bool) error {
-	desc, err := c.target.Client.DescribeWorkflow(c.ctx, c.sessionID, "")
-	var notFound *serviceerror.NotFound
+	found, err := c.sessions.Describe(c.ctx, c.sessionID)
 	switch {
-	case errors.As(err, &notFound):
-		if start {
-			return nil
-		}
+	case errors.Is(err, sessions.ErrSessionNotFound) && start:
+		return nil
+	case errors.Is(err, sessions.ErrSessionNotFound):
 		return sessionNotFound(c)
 	case err != nil:
 		return fmt.Errorf("reading session %s: %w", c.sessionID, err)
 	}
-	if desc.RawResponse.GetWorkflowExecutionInfo().GetType().GetName() != c.target.FlowType {
-		if start {
-			return &httpError{status: http.StatusConflict, reason: "session_exists",
-				message: fmt.Sprintf("session ID %s is taken", c.sessionID)}
-		}
-		return sessionNotFound(c)
-	}
-	c.activeSteps = sessions.ActiveSteps(desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes())
+	c.activeSteps = found.ActiveSteps
 	return nil
 }
 
@@ -366,7 +358,7 @@ func badRequest(field, message string) error {
 type ErrorBody struct {
 	// Reason is stable, for programs: bad_request, unauthenticated,
 	// forbidden, authorization_unavailable, not_found, not_ready,
-	// flow_type_conflict, session_exists, invalid_token, expired_token,
+	// flow_type_conflict, invalid_token, expired_token,
 	// invalid_image, invalid_settings, feature_not_in_effect, no_event_hub,
 	// engine_error.
 	Reason  string `json:"reason"`

@@ -22,6 +22,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -42,7 +43,7 @@ func (a agents) Target(_ context.Context, ref gateway.AgentRef) (gateway.Target,
 	case flowType == "":
 		return gateway.Target{}, nil, errors.New("dial tcp 10.0.0.1:7233: connection refused")
 	}
-	return gateway.Target{Client: a.stack.Client, FlowType: flowType, TaskQueue: "stepwise/" + flowType}, func() {}, nil
+	return gateway.Target{Client: a.stack.Client, Agent: sessions.Agent{Namespace: ref.Namespace, Name: ref.Name, FlowType: flowType}}, func() {}, nil
 }
 
 // Graph serves the graph the operator would publish for the Agent's Flow
@@ -75,8 +76,10 @@ var (
 	// unreachable is an Agent whose engine does not answer.
 	unreachable = gateway.AgentRef{Namespace: "team-a", Name: "unreachable"}
 	helpdesk    = gateway.AgentRef{Namespace: "team-b", Name: "helpdesk"}
-	billing     = gateway.AgentRef{Namespace: "team-a", Name: "billing"}
-	allVerbs    = []gateway.Verb{gateway.VerbGet, gateway.VerbCreate, gateway.VerbSend, gateway.VerbApprove,
+	// teamBSupport is another namespace's Agent of support's Flow type.
+	teamBSupport = gateway.AgentRef{Namespace: "team-b", Name: "support"}
+	billing      = gateway.AgentRef{Namespace: "team-a", Name: "billing"}
+	allVerbs     = []gateway.Verb{gateway.VerbGet, gateway.VerbCreate, gateway.VerbSend, gateway.VerbApprove,
 		gateway.VerbAnswer, gateway.VerbCancel, gateway.VerbUpdate}
 )
 
@@ -109,7 +112,7 @@ func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	// Streams and long polls stay open until their clients go: cut them,
 	// or Close waits for them.
 	t.Cleanup(func() { hubServer.CloseClientConnections(); hubServer.Close() })
-	stack.Config.Agent = workerconfig.AgentRef{Namespace: support.Namespace, Name: support.Name}
+	stack.SetAgent(support.Namespace, support.Name)
 	stack.Config.EventHub = &workerconfig.EventHub{URL: hubServer.URL, Token: workerconfig.SecretEnv{Env: "STEPWISE_EVENT_HUB_TOKEN"}}
 	stack.Env = append(stack.Env, "STEPWISE_EVENT_HUB_TOKEN="+keys.PublishToken(support.Namespace, support.Name))
 	// Plan mode on, so the page can draft and execute a plan.
@@ -125,7 +128,7 @@ func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	})
 	o := gateway.Options{
 		Agents: agents{stack: stack, flowTypes: map[gateway.AgentRef]string{
-			support: "GatewaySupport", billing: "GatewayBilling", unreachable: "", helpdesk: "GatewayHelpdesk"}},
+			support: "GatewaySupport", billing: "GatewayBilling", unreachable: "", helpdesk: "GatewayHelpdesk", teamBSupport: "GatewaySupport"}},
 		Authorizer: auth,
 		Hub:        hubapi.NewReader(hubServer.URL, keys.ReadToken(), nil),
 		KeepAlive:  300 * time.Millisecond,
@@ -496,12 +499,12 @@ func TestTheGatewayRefusesCallersAndRequestsItMustNotServe(t *testing.T) {
 	f := start(t)
 	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1"), gateway.StartRequest{Message: "hello"})
 	// A session of another Agent on the same engine, started directly.
-	other := sessions.New(f.stack.Client, "GatewayBilling", "stepwise/GatewayBilling")
+	other := sessions.New(f.stack.Client, sessions.Agent{Namespace: billing.Namespace, Name: billing.Name, FlowType: "GatewayBilling"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _ = other.Start(ctx, "s-billing", "")
 	enginetest.Eventually(t, 10*time.Second, "the billing session to exist", func() (bool, error) {
-		_, err := f.stack.Client.DescribeWorkflow(context.Background(), "s-billing", "")
+		_, err := f.stack.Client.DescribeWorkflow(context.Background(), tenancy.Tenant(billing.Namespace, "GatewayBilling").WorkflowID("s-billing"), "")
 		return err == nil, nil
 	})
 	s1 := sessionURL(f, support, "s-1")
@@ -517,7 +520,9 @@ func TestTheGatewayRefusesCallersAndRequestsItMustNotServe(t *testing.T) {
 		{"a verb the token lacks", "POST", s1 + "/messages", readerToken, gateway.SendRequest{Text: "x"}, 403, "forbidden", "may not send"},
 		{"an Agent the token does not name", "GET", sessionURL(f, billing, "s-billing") + "/snapshot", readerToken, nil, 403, "forbidden", "Agent team-a/billing"},
 		{"another Agent's session through this Agent", "GET", sessionURL(f, support, "s-billing") + "/snapshot", operatorToken, nil, 404, "not_found", "Agent team-a/support has no session s-billing"},
-		{"starting a session ID another Agent holds", "POST", sessionURL(f, support, "s-billing"), operatorToken, gateway.StartRequest{Message: "x"}, 409, "session_exists", "s-billing is taken"},
+		{"starting a session ID another Agent holds starts this Agent's own", "POST", sessionURL(f, support, "s-billing"), operatorToken, gateway.StartRequest{}, 200, "", ""},
+		{"another namespace's Agent of the same Flow type, on this Agent's session ID", "GET", sessionURL(f, teamBSupport, "s-1") + "/snapshot", otherNSToken, nil, 404, "not_found", "Agent team-b/support has no session s-1"},
+		{"another namespace's Agent of the same Flow type, approving on this Agent's session ID", "POST", sessionURL(f, teamBSupport, "s-1") + "/interrupts/i1/approve", otherNSToken, nil, 404, "not_found", "Agent team-b/support has no session s-1"},
 		{"a session that does not exist", "GET", sessionURL(f, support, "s-none") + "/snapshot", operatorToken, nil, 404, "not_found", "no session s-none"},
 		{"an Agent that does not exist", "GET", sessionURL(f, gateway.AgentRef{Namespace: "team-a", Name: "nobody"}, "s-1") + "/snapshot", operatorToken, nil, 404, "not_found", "team-a/nobody"},
 		{"a session ID with a space", "GET", sessionURL(f, support, "s%201") + "/snapshot", operatorToken, nil, 400, "bad_request", "session:"},

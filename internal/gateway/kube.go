@@ -31,34 +31,43 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
+	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
 // The gateway's role: it reads Agents, the worker Deployments that say
-// which Agent holds a Flow type, the Secrets an Agent's engine names, the
-// application token Secrets and the session Flow graph ConfigMaps, and asks the API server who a caller is
-// and what they may do.
-// +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents,verbs=get;list;watch
+// which Agent holds a claim, the ClusterEngines and the labels of
+// namespaces that say which engine an Agent may use, the Secrets an
+// Agent's engine takes credentials from, the application token Secrets and
+// the session Flow graph ConfigMaps, and asks the API server who a caller
+// is and what they may do.
+// +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents;clusterengines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // KubernetesAgents finds Agents, and their engines, through the API server.
 type KubernetesAgents struct {
-	// Reader reads Agents, worker Deployments and the Secrets an Agent's
-	// engine names.
+	// Reader reads Agents, ClusterEngines, worker Deployments, namespaces
+	// and the Secrets an Agent's engine names.
 	Reader client.Reader
-	// DefaultEngine is the operator's default engine, for Agents without
-	// spec.engine.
-	DefaultEngine *agentsv1.EngineSpec
-	Engines       *engineadmin.Client
+	// Defaults are the engine rules the operator applies, as the shared
+	// flags give them: the gateway serves exactly the Agents the operator
+	// runs.
+	Defaults render.Defaults
+	// OperatorNamespace is where the ClusterEngines' Secrets are.
+	OperatorNamespace string
+	Engines           *engineadmin.Client
 }
 
-// Target implements Agents. It serves only an Agent that holds its Flow
-// type: the one the operator runs workers for. Another Agent that names
-// the same Flow type on the same engine namespace is refused, or its
-// callers would reach the holder's sessions.
+// Target implements Agents. It serves only an Agent that the operator runs
+// on its engine and that holds its claims there; another Agent that names
+// the same Flow type on the same engine is refused. An Agent's sessions
+// are reached only under its own names, so no Agent, of this namespace or
+// another, reaches another's.
 func (k *KubernetesAgents) Target(ctx context.Context, ref AgentRef) (Target, func(), error) {
 	agent := &agentsv1.Agent{}
 	err := k.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, agent)
@@ -68,40 +77,37 @@ func (k *KubernetesAgents) Target(ctx context.Context, ref AgentRef) (Target, fu
 	case err != nil:
 		return Target{}, nil, fmt.Errorf("reading Agent %s: %w", ref, err)
 	}
-	engine, ok := render.EngineFor(agent, render.Defaults{Engine: k.DefaultEngine})
-	if !ok {
-		return Target{}, nil, &httpError{status: http.StatusServiceUnavailable, reason: "not_ready",
-			message: fmt.Sprintf("Agent %s has no spec.engine and the gateway has no default engine", ref)}
-	}
-	holder, held, err := flowclaim.Holder(ctx, k.Reader, render.FlowClaim(engine, agent.Spec.FlowType))
-	switch {
-	case err != nil:
+	observed, err := k.observeEngine(ctx, agent)
+	if err != nil {
 		return Target{}, nil, err
-	case !held:
+	}
+	resolved, blocker := render.ResolveEngine(agent, observed, k.Defaults)
+	if blocker != nil {
 		return Target{}, nil, &httpError{status: http.StatusServiceUnavailable, reason: "not_ready",
-			message: fmt.Sprintf("Agent %s runs no workers yet", ref)}
-	case holder != client.ObjectKeyFromObject(agent):
-		return Target{}, nil, &httpError{status: http.StatusConflict, reason: "flow_type_conflict",
-			message: fmt.Sprintf("Agent %s names Flow type %q, which another Agent holds on its engine", ref, agent.Spec.FlowType)}
+			message: fmt.Sprintf("Agent %s cannot be served: %s", ref, blocker.Message)}
 	}
-	secrets := map[string]*corev1.Secret{}
-	resolved := &render.Resolved{Agent: agent, Engine: engine}
-	engineOnly := &agentsv1.Agent{Spec: agentsv1.AgentSpec{Engine: agent.Spec.Engine}}
-	for _, use := range render.AgentSecretUses(engineOnly, &engine) {
-		secret := &corev1.Secret{}
-		if err := k.Reader.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: use.Secret}, secret); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue // ConnectionFor names the missing Secret
-			}
-			return Target{}, nil, fmt.Errorf("reading Secret %s of Agent %s: %w", use.Secret, ref, err)
-		}
-		secrets[use.Secret] = secret
-		if strings.HasSuffix(use.Field, ".tls.secretRef") {
-			_, resolved.EngineTLS.CA = render.SecretValue(secret, render.TLSCAKey)
-			_, resolved.EngineTLS.ClientCert = render.SecretValue(secret, render.TLSCertKey)
+	if agent.Status.TaskQueue == "" || agent.Status.EngineID != resolved.EngineID {
+		return Target{}, nil, &httpError{status: http.StatusServiceUnavailable, reason: "not_ready",
+			message: fmt.Sprintf("Agent %s runs no workers on its engine yet", ref)}
+	}
+	claims := []flowclaim.Claim{{EngineID: resolved.EngineID, Names: tenancy.Tenant(agent.Namespace, agent.Spec.FlowType)}}
+	if agent.Status.SharedTaskQueue != "" {
+		claims = append(claims, flowclaim.Claim{EngineID: resolved.EngineID, Names: tenancy.Shared(agent.Spec.FlowType)})
+	}
+	for _, claim := range claims {
+		holder, held, err := flowclaim.Holder(ctx, k.Reader, claim)
+		switch {
+		case err != nil:
+			return Target{}, nil, err
+		case !held:
+			return Target{}, nil, &httpError{status: http.StatusServiceUnavailable, reason: "not_ready",
+				message: fmt.Sprintf("Agent %s runs no workers yet", ref)}
+		case holder != client.ObjectKeyFromObject(agent):
+			return Target{}, nil, &httpError{status: http.StatusConflict, reason: "flow_type_conflict",
+				message: fmt.Sprintf("Agent %s names Flow type %q, which another Agent holds on its engine", ref, agent.Spec.FlowType)}
 		}
 	}
-	conn, err := engineadmin.ConnectionFor(resolved, secrets)
+	conn, err := engineadmin.ConnectionFor(resolved)
 	if err != nil {
 		return Target{}, nil, &httpError{status: http.StatusServiceUnavailable, reason: "not_ready",
 			message: fmt.Sprintf("Agent %s: %v", ref, err)}
@@ -110,7 +116,60 @@ func (k *KubernetesAgents) Target(ctx context.Context, ref AgentRef) (Target, fu
 	if err != nil {
 		return Target{}, nil, err
 	}
-	return Target{Client: c, FlowType: agent.Spec.FlowType, TaskQueue: render.TaskQueue(agent.Spec.FlowType)}, release, nil
+	return Target{Client: c, Agent: sessions.AgentOf(agent)}, release, nil
+}
+
+// observeEngine reads what checking the Agent's engine takes, as the
+// operator reads it. The gateway never asks an engine who it is: the
+// Agent's status says what the operator found.
+func (k *KubernetesAgents) observeEngine(ctx context.Context, agent *agentsv1.Agent) (render.Observed, error) {
+	observed := render.Observed{Secrets: map[string]*corev1.Secret{}, NamespaceEngineID: agent.Status.EngineID}
+	if own, ok := render.NamespaceEngine(agent); ok {
+		secrets, err := k.secrets(ctx, agent.Namespace, render.EngineSecretUses("spec.engine", own))
+		observed.Secrets = secrets
+		return observed, err
+	}
+	name := render.ClusterEngineName(agent, k.Defaults)
+	if name == "" {
+		return observed, nil
+	}
+	ce := &agentsv1.ClusterEngine{}
+	switch err := k.Reader.Get(ctx, client.ObjectKey{Name: name}, ce); {
+	case apierrors.IsNotFound(err):
+		return observed, nil
+	case err != nil:
+		return observed, fmt.Errorf("reading ClusterEngine %s: %w", name, err)
+	}
+	observed.ClusterEngine = ce
+	secrets, err := k.secrets(ctx, k.OperatorNamespace, render.EngineSecretUses("", render.ClusterEngineSpecOf(ce)))
+	if err != nil {
+		return observed, err
+	}
+	observed.EngineSecrets = secrets
+	ns := &corev1.Namespace{}
+	if err := k.Reader.Get(ctx, client.ObjectKey{Name: agent.Namespace}, ns); err != nil {
+		return observed, fmt.Errorf("reading namespace %s: %w", agent.Namespace, err)
+	}
+	observed.NamespaceLabels = ns.Labels
+	return observed, nil
+}
+
+// secrets reads the Secrets uses name in a namespace; a missing one is
+// left out, for ResolveEngine to name.
+func (k *KubernetesAgents) secrets(ctx context.Context, namespace string, uses []render.SecretUse) (map[string]*corev1.Secret, error) {
+	out := map[string]*corev1.Secret{}
+	for _, use := range uses {
+		secret := &corev1.Secret{}
+		err := k.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: use.Secret}, secret)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, use.Secret, err)
+		default:
+			out[use.Secret] = secret
+		}
+	}
+	return out, nil
 }
 
 // List implements Agents, from the cache.
@@ -294,7 +353,7 @@ func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.
 	}
 	// Informers start on first use; asking now makes the first request
 	// quick and a missing permission fail here rather than per request.
-	for _, obj := range []client.Object{&agentsv1.Agent{}, &appsv1.Deployment{}, &corev1.Secret{}} {
+	for _, obj := range []client.Object{&agentsv1.Agent{}, &agentsv1.ClusterEngine{}, &appsv1.Deployment{}, &corev1.Secret{}} {
 		if _, err := objects.GetInformer(ctx, obj); err != nil {
 			return nil, nil, fmt.Errorf("watching %T: %w", obj, err)
 		}
@@ -304,7 +363,7 @@ func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.
 		return nil, nil, errors.New("the gateway's cache of Agents, worker Deployments and application tokens did not sync")
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{
-		Reader: objects, DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}},
+		Reader: objects, DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &corev1.Namespace{}},
 	}})
 	if err != nil {
 		return nil, nil, err

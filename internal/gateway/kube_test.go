@@ -32,6 +32,8 @@ import (
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
+	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
 // kube runs an API server with the CRDs, an admin client, and a client of
@@ -308,63 +310,119 @@ func TestApplicationTokensFollowTheirSecrets(t *testing.T) {
 	})
 }
 
-func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsFlowType(t *testing.T) {
+func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsNames(t *testing.T) {
 	k := startKube(t)
 	server := enginetest.StartDevServer(t)
 	ctx := t.Context()
-	must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}))
-	engine := &agentsv1.EngineSpec{Address: server.FrontendHostPort(), Namespace: "default"}
-	newAgent := func(name string) *agentsv1.Agent {
-		a := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
-			Spec: agentsv1.AgentSpec{FlowType: "SupportAgent", Engine: engine.DeepCopy(),
-				Model: agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"}}}
-		must(t, k.admin.Create(ctx, a))
-		return a
+	for _, ns := range []string{"team-a", "team-b", "team-c"} {
+		labels := map[string]string{"tenant": "yes"}
+		if ns == "team-c" {
+			labels = nil
+		}
+		must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}))
 	}
-	support := newAgent("support")
 	engines := engineadmin.New(logr.Discard())
 	t.Cleanup(engines.Close)
-	agents := &gateway.KubernetesAgents{Reader: k.gateway, Engines: engines}
-	target := func(name string) (gateway.Target, error) {
-		tg, release, err := agents.Target(ctx, gateway.AgentRef{Namespace: "team-a", Name: name})
+	// The engine's own identity, as the operator records it.
+	id, err := engines.Identity(ctx, engineadmin.Connection{Address: server.FrontendHostPort(), Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce := &agentsv1.ClusterEngine{ObjectMeta: metav1.ObjectMeta{Name: "dev"}, Spec: agentsv1.ClusterEngineSpec{
+		Address: server.FrontendHostPort(), Namespace: "default",
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "yes"}}}}
+	must(t, k.admin.Create(ctx, ce))
+	ce.Status = agentsv1.ClusterEngineStatus{ObservedGeneration: ce.Generation, NamespaceID: id.NamespaceID,
+		Conditions: []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: agentsv1.ReasonReconciled,
+			LastTransitionTime: metav1.Now()}}}
+	must(t, k.admin.Status().Update(ctx, ce))
+
+	// Agents as the operator applied them: status names their engine and
+	// task queue, and a worker Deployment each controls carries its claim.
+	isController := true
+	newAgent := func(ns, name string, workers bool) *agentsv1.Agent {
+		a := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: agentsv1.AgentSpec{FlowType: "SupportAgent", Model: agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"}}}
+		must(t, k.admin.Create(ctx, a))
+		a.Status.EngineID, a.Status.TaskQueue = id.NamespaceID, tenancy.Tenant(ns, "SupportAgent").TaskQueue()
+		must(t, k.admin.Status().Update(ctx, a))
+		if workers {
+			claim := render.FlowClaim(id.NamespaceID, tenancy.Tenant(ns, "SupportAgent"))
+			labels := map[string]string{"app": name, render.LabelFlowClaim: claim}
+			must(t, k.admin.Create(ctx, &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-worker", Labels: labels,
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
+						Name: a.Name, UID: a.UID, Controller: &isController}}},
+				Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "worker"}}}}},
+			}))
+		}
+		return a
+	}
+	agents := &gateway.KubernetesAgents{Reader: k.gateway, Defaults: render.Defaults{DefaultEngine: "dev"},
+		OperatorNamespace: "stepwise-system", Engines: engines}
+	target := func(ns, name string) (gateway.Target, error) {
+		tg, release, err := agents.Target(ctx, gateway.AgentRef{Namespace: ns, Name: name})
 		if err == nil {
 			release()
 		}
 		return tg, err
 	}
 
-	if _, err := target("missing"); !errors.Is(err, gateway.ErrAgentNotFound) {
+	if _, err := target("team-a", "missing"); !errors.Is(err, gateway.ErrAgentNotFound) {
 		t.Fatalf("an Agent that does not exist: %v, want ErrAgentNotFound", err)
 	}
-	if _, err := target("support"); err == nil {
-		t.Fatal("an Agent with no workers was served")
-	}
-
-	// The operator's worker Deployment carries the claim, controlled by
-	// the Agent; the gateway serves its holder alone.
-	claim := render.FlowClaim(*engine, "SupportAgent")
-	labels := map[string]string{"app": "support", render.LabelFlowClaim: claim}
-	isController := true
+	// team-b's Agent is older than team-a's, with a Deployment that forges
+	// team-a's claim: it takes nothing from team-a.
+	teamB := newAgent("team-b", "support", false)
+	forged := map[string]string{"app": "forged", render.LabelFlowClaim: render.FlowClaim(id.NamespaceID, tenancy.Tenant("team-a", "SupportAgent"))}
 	must(t, k.admin.Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "support-worker", Labels: labels,
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "forged", Labels: forged,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
-				Name: support.Name, UID: support.UID, Controller: &isController}}},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Name: teamB.Name, UID: teamB.UID, Controller: &isController}}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: forged}, Replicas: new(int32(0)),
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: forged},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "worker"}}}}},
 	}))
-	newAgent("copycat")
-	waitUntil(t, "the gateway's cache sees the worker Deployment", func() bool {
-		_, err := target("support")
+	support := newAgent("team-a", "support", true)
+	newAgent("team-a", "copycat", false)
+	waitUntil(t, "the gateway's cache sees the worker Deployments", func() bool {
+		_, err := target("team-a", "support")
 		return err == nil
 	})
-	tg, err := target("support")
-	if err != nil || tg.FlowType != "SupportAgent" || tg.TaskQueue != render.TaskQueue("SupportAgent") {
-		t.Fatalf("the holder: %+v, %v", tg, err)
+	tg, err := target("team-a", "support")
+	want := sessionsAgent(support)
+	if err != nil || tg.Agent != want {
+		t.Fatalf("the holder: %+v, %v; want %+v", tg.Agent, err, want)
 	}
-	if _, err := target("copycat"); err == nil || !strings.Contains(err.Error(), "another Agent holds") {
-		t.Fatalf("an Agent naming a Flow type another Agent holds: %v; serving it would let its callers reach the holder's sessions", err)
+	if _, err := target("team-a", "copycat"); err == nil || !strings.Contains(err.Error(), "another Agent holds") {
+		t.Fatalf("an Agent naming a Flow type another Agent of its namespace holds: %v", err)
 	}
+	// team-b's Agent of the same Flow type holds nothing of its own yet,
+	// and is never given team-a's.
+	if _, err := target("team-b", "support"); err == nil || !strings.Contains(err.Error(), "runs no workers yet") {
+		t.Fatalf("team-b's Agent: %v, want not served", err)
+	}
+	// A namespace the ClusterEngine does not select is not served.
+	newAgent("team-c", "support", true)
+	if _, err := target("team-c", "support"); err == nil || !strings.Contains(err.Error(), `does not let namespace "team-c" use it`) {
+		t.Fatalf("an Agent of a namespace the ClusterEngine leaves out: %v", err)
+	}
+	// An engine of the namespace's own, where the gateway allows none.
+	own := newAgent("team-a", "own", false)
+	own.Spec.Engine = &agentsv1.EngineSpec{Address: server.FrontendHostPort(), Namespace: "default"}
+	must(t, k.admin.Update(ctx, own))
+	waitUntil(t, "the gateway's cache sees the Agent's engine", func() bool {
+		_, err := target("team-a", "own")
+		return err != nil && strings.Contains(err.Error(), "--allow-namespace-engines")
+	})
+}
+
+// sessionsAgent is an Agent as the gateway addresses its sessions.
+func sessionsAgent(a *agentsv1.Agent) sessions.Agent {
+	return sessions.Agent{Namespace: a.Namespace, Name: a.Name, UID: string(a.UID), FlowType: a.Spec.FlowType,
+		TaskQueue: tenancy.Tenant(a.Namespace, a.Spec.FlowType).TaskQueue()}
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {

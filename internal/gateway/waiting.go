@@ -163,8 +163,7 @@ func (s *Server) waitingOf(ctx context.Context, r *http.Request, ref AgentRef, r
 		return nil, false, err
 	}
 	defer release()
-	found, more, err := sessions.FindWaiting(ctx, target.Client, "", sessions.WaitingQuery{
-		FlowType: target.FlowType, Steps: req.steps, Limit: req.limit})
+	found, more, err := sessions.New(target.Client, target.Agent).Waiting(ctx, sessions.WaitingQuery{Steps: req.steps, Limit: req.limit})
 	if err != nil {
 		return nil, false, err
 	}

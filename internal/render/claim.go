@@ -26,21 +26,14 @@ func CheckEngineAddress(address string) error {
 	return nil
 }
 
-// ClaimAddress spells an engine address the one way Flow type claims
-// compare it: the host name in lower case without a trailing dot, an IP
-// address in its canonical form (an IPv4-mapped IPv6 address as IPv4), and
-// the port as a decimal number without leading zeros. So
-// TEMPORAL.example.com:7233, temporal.example.com.:7233 and
-// temporal.example.com:07233 are one address.
-//
-// Treating a trailing dot as the same name may merge two addresses that
-// resolve differently under a DNS search list; the cost is a FlowTypeConflict
-// where none was needed, never two Agents' workers on one Flow type. What it
-// cannot see without DNS stays apart: a CNAME and its target, an IP address
-// and a name of the same server, a short name and its longer form
-// (temporal-frontend.temporal vs temporal-frontend.temporal.svc.cluster.local),
-// two load balancers in front of one cluster, or a Temporal Cloud
-// namespace endpoint and a regional endpoint.
+// ClaimAddress spells an engine address the one way the addresses a
+// credential's Secret names are compared with the address an Agent sends it
+// to: the host name in lower case without a trailing dot, an IP address in
+// its canonical form (an IPv4-mapped IPv6 address as IPv4), and the port as
+// a decimal number without leading zeros. So TEMPORAL.example.com:7233,
+// temporal.example.com.:7233 and temporal.example.com:07233 are one
+// address. Claims never compare addresses: they are keyed by the engine's
+// own ID of its namespace.
 //
 // An address without a port is not completed: the API refuses one, and the
 // worker's gRPC client would dial port 443, not 7233.
@@ -58,18 +51,4 @@ func ClaimAddress(address string) string {
 		port = strconv.FormatUint(n, 10)
 	}
 	return net.JoinHostPort(host, port)
-}
-
-// ClaimNamespace spells an engine namespace the way Flow type claims
-// compare it. Namespaces of a self-hosted Temporal service are
-// case-sensitive (foo and Foo are two namespaces), so the name is kept as
-// it is; Temporal Cloud's are case-insensitive, so on a Cloud address
-// (*.tmprl.cloud, *.api.temporal.io) it is compared in lower case.
-// claimAddress is the address as ClaimAddress spells it.
-func ClaimNamespace(claimAddress, namespace string) string {
-	host, _, err := net.SplitHostPort(claimAddress)
-	if err == nil && (strings.HasSuffix(host, ".tmprl.cloud") || strings.HasSuffix(host, ".api.temporal.io")) {
-		return strings.ToLower(namespace)
-	}
-	return namespace
 }

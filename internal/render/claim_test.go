@@ -1,12 +1,10 @@
 package render
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 	"testing"
 
-	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 func TestClaimAddress(t *testing.T) {
@@ -31,35 +29,24 @@ func TestClaimAddress(t *testing.T) {
 	}
 }
 
-func TestFlowClaimSpellings(t *testing.T) {
-	claim := func(address, namespace string) string {
-		return FlowClaim(agentsv1.EngineSpec{Address: address, Namespace: namespace}, "SupportAgent")
+func TestFlowClaim(t *testing.T) {
+	holder := FlowClaim("engine-1", tenancy.Tenant("team-a", "SupportAgent"))
+	if again := FlowClaim("engine-1", tenancy.Tenant("team-a", "SupportAgent")); again != holder {
+		t.Errorf("one engine's claim of one Agent's names = %s, then %s", holder, again)
 	}
-	holder := claim("temporal.example.com:7233", "agents")
-	for _, address := range []string{"TEMPORAL.example.com:7233", "temporal.example.com.:7233", "temporal.example.com:07233"} {
-		if got := claim(address, "agents"); got != holder {
-			t.Errorf("claim on %s = %s, want the holder's %s", address, got, holder)
-		}
-	}
-	// The hash of an address already in its one spelling is the one earlier
-	// releases labelled running workers with, so an upgrade moves no claim.
-	earlier := sha256.Sum256([]byte("temporal.example.com:7233\x00agents\x00SupportAgent"))
-	if want := hex.EncodeToString(earlier[:16]); holder != want {
-		t.Errorf("claim = %s, want %s as before", holder, want)
+	// A label value.
+	if len(holder) != 32 || strings.Trim(holder, "0123456789abcdef") != "" {
+		t.Errorf("claim = %q, want 32 hex digits", holder)
 	}
 	for name, other := range map[string]string{
-		"another port":                           claim("temporal.example.com:7234", "agents"),
-		"another namespace":                      claim("temporal.example.com:7233", "billing"),
-		"a namespace in other case, self-hosted": claim("temporal.example.com:7233", "Agents"),
-		"another Flow type":                      FlowClaim(agentsv1.EngineSpec{Address: "temporal.example.com:7233", Namespace: "agents"}, "supportagent"),
+		"another engine":    FlowClaim("engine-2", tenancy.Tenant("team-a", "SupportAgent")),
+		"another namespace": FlowClaim("engine-1", tenancy.Tenant("team-b", "SupportAgent")),
+		"another Flow type": FlowClaim("engine-1", tenancy.Tenant("team-a", "supportagent")),
+		"the shared names":  FlowClaim("engine-1", tenancy.Shared("SupportAgent")),
 	} {
 		if other == holder {
 			t.Errorf("%s shares the holder's claim", name)
 		}
-	}
-	cloud := claim("prod.a1b2c.tmprl.cloud:7233", "prod.a1b2c")
-	if got := claim("PROD.a1b2c.tmprl.cloud:7233", "Prod.A1B2C"); got != cloud {
-		t.Errorf("a Temporal Cloud namespace in other case = %s, want %s: Cloud namespaces are case-insensitive", got, cloud)
 	}
 }
 

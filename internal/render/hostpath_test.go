@@ -122,7 +122,7 @@ func TestWorkerNeverMountsAnUnallowedHostPath(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &Resolved{Agent: testAgent(withMediaStoreRef("media")), Engine: *testDefaults.Engine,
+			r := &Resolved{Agent: testAgent(withMediaStoreRef("media")), Engine: agentsv1.EngineSpec{Address: "temporal:7233", Namespace: "default"},
 				MediaStore: tt.store, MediaHostPathRoots: tt.roots, WorkerImage: "w", EngineVersion: "0.1.0"}
 			w, err := Worker(r)
 			var b *Blocker

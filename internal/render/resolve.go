@@ -19,15 +19,19 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
 // Defaults are the operator-wide settings an Agent falls back to.
 type Defaults struct {
-	// Engine is used by Agents without spec.engine; nil when the operator
-	// has no default engine.
-	Engine *agentsv1.EngineSpec
+	// DefaultEngine names the ClusterEngine of Agents that name no engine;
+	// empty when the operator has none.
+	DefaultEngine string
+	// AllowNamespaceEngines lets an Agent name an engine of its
+	// namespace's own in spec.engine.
+	AllowNamespaceEngines bool
 	// WorkerImage is the stock worker image.
 	WorkerImage string
 	// WorkerEngineVersion is the engine version the stock image carries.
@@ -68,8 +72,20 @@ type Observed struct {
 	ToolSources map[string]*agentsv1.ToolSource
 	// MediaStore is the referenced MediaStore.
 	MediaStore *agentsv1.MediaStore
-	// Secrets by name.
+	// Secrets by name, in the Agent's namespace.
 	Secrets map[string]*corev1.Secret
+	// ClusterEngine is the ClusterEngine the Agent uses, if it exists.
+	ClusterEngine *agentsv1.ClusterEngine
+	// EngineSecrets are the ClusterEngine's Secrets, by name, in the
+	// operator's namespace.
+	EngineSecrets map[string]*corev1.Secret
+	// NamespaceLabels are the labels of the Agent's namespace.
+	NamespaceLabels map[string]string
+	// NamespaceEngineID is the engine's ID of the Temporal namespace that
+	// the Agent's own spec.engine reaches, as the operator asked it; empty,
+	// with NamespaceEngineError saying why, when it could not.
+	NamespaceEngineID    string
+	NamespaceEngineError string
 }
 
 // Blocker says why an Agent cannot be applied; Reason and Message go
@@ -99,10 +115,26 @@ type SecretKeyDigest struct {
 // builder needs.
 type Resolved struct {
 	Agent *agentsv1.Agent
-	// Engine is spec.engine, or the operator default, with defaults filled.
+	// Engine is the engine as the workers reach it, with defaults filled:
+	// spec.engine, or the ClusterEngine with its credentials in the
+	// Secret EngineSecretName names.
 	Engine agentsv1.EngineSpec
 	// EngineTLS says which files the engine TLS Secret provides.
 	EngineTLS TLSFiles
+	// ClusterEngine names the Agent's ClusterEngine; empty for an engine
+	// of the namespace's own.
+	ClusterEngine string
+	// EngineCredentials are what the engine connection presents.
+	EngineCredentials EngineCredentials
+	// EngineID is the engine's ID of its Temporal namespace, which claims
+	// are keyed by.
+	EngineID string
+	// Names are the names the workers keep the Agent's sessions under.
+	Names tenancy.Names
+	// SharedTaskQueue is the shared task queue the workers also poll, to
+	// move the Agent's sessions from it to its own names; empty when none
+	// is left there.
+	SharedTaskQueue string
 	// ToolSources in spec order, with their effective source names.
 	ToolSources []ResolvedToolSource
 	// MediaStore is nil when the Agent references none.
@@ -156,23 +188,6 @@ func EffectiveSourceName(ts *agentsv1.ToolSource) string {
 	return ts.Name
 }
 
-// EngineFor is the engine an Agent uses: its own, or the default, with the
-// namespace defaulted. ok is false when there is neither.
-func EngineFor(agent *agentsv1.Agent, defaults Defaults) (engine agentsv1.EngineSpec, ok bool) {
-	switch {
-	case agent.Spec.Engine != nil:
-		engine = *agent.Spec.Engine.DeepCopy()
-	case defaults.Engine != nil:
-		engine = *defaults.Engine.DeepCopy()
-	default:
-		return agentsv1.EngineSpec{}, false
-	}
-	if engine.Namespace == "" {
-		engine.Namespace = defaultEngineNamespace
-	}
-	return engine, true
-}
-
 // Resolve checks an Agent's references against what the controller observed
 // and returns the builders' input, or the first reason the Agent cannot be
 // applied.
@@ -197,6 +212,9 @@ func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Reso
 			"spec.workers.engineVersion %q is not an engine version this operator knows (%s); upgrade the operator before workers of a newer engine",
 			r.out.EngineVersion, strings.Join(version.EngineVersions, ", "))
 	}
+	if b := r.names(); b != nil {
+		return nil, b
+	}
 	return r.out, nil
 }
 
@@ -204,16 +222,6 @@ type resolver struct {
 	agent    *agentsv1.Agent
 	observed Observed
 	out      *Resolved
-}
-
-func (r *resolver) engine(defaults Defaults) *Blocker {
-	engine, ok := EngineFor(r.agent, defaults)
-	if !ok {
-		return blocked(agentsv1.ReasonEngineNotConfigured,
-			"spec.engine is not set and the operator has no default engine (--default-engine-address)")
-	}
-	r.out.Engine = engine
-	return nil
 }
 
 func (r *resolver) toolSources() *Blocker {
@@ -350,23 +358,18 @@ func MediaStoreSecretUses(ms *agentsv1.MediaStore, fieldPrefix string) []SecretU
 	}}
 }
 
-// AgentSecretUses lists the Secret keys an Agent takes values from through
-// its own spec and its engine: spec.engine, or the operator's default engine,
-// whose Secrets are looked up in the Agent's namespace. engine is nil when
-// the Agent has none.
-func AgentSecretUses(agent *agentsv1.Agent, engine *agentsv1.EngineSpec) []SecretUse {
+// AgentSecretUses lists the Secret keys of the Agent's namespace it takes
+// values from through its own spec: spec.engine among them. A
+// ClusterEngine's Secrets are in the operator's namespace and are not
+// listed.
+func AgentSecretUses(agent *agentsv1.Agent) []SecretUse {
 	spec := agent.Spec
 	uses := keyUse("spec.model.apiKeySecretRef", spec.Model.APIKeySecretRef)
 	for _, mc := range spec.ModelChoices {
 		uses = append(uses, keyUse(fmt.Sprintf("spec.modelChoices[%s].model.apiKeySecretRef", mc.Choice), mc.Model.APIKeySecretRef)...)
 	}
-	if engine != nil {
-		field := engineField(agent)
-		uses = append(uses, keyUse(field+".apiKeySecretRef", engine.APIKeySecretRef)...)
-		if engine.TLS != nil && engine.TLS.SecretRef != nil {
-			uses = append(uses, SecretUse{Field: field + ".tls.secretRef", Secret: engine.TLS.SecretRef.Name,
-				Optional: []string{TLSCAKey, TLSCertKey, TLSPrivateKeyKey}})
-		}
+	if engine, ok := NamespaceEngine(agent); ok {
+		uses = append(uses, EngineSecretUses("spec.engine", engine)...)
 	}
 	if t := spec.Tracing; t != nil {
 		if ref := t.CASecretRef; ref != nil {
@@ -397,18 +400,10 @@ func AgentSecretUses(agent *agentsv1.Agent, engine *agentsv1.EngineSpec) []Secre
 	return uses
 }
 
-// engineField names where an Agent's engine comes from, for messages.
-func engineField(agent *agentsv1.Agent) string {
-	if agent.Spec.Engine != nil {
-		return "spec.engine"
-	}
-	return "the operator's default engine"
-}
-
 // allSecretUses lists every Secret key the Agent's workers receive, its
 // resolved ToolSources' and MediaStore's included.
 func (r *resolver) allSecretUses() []SecretUse {
-	uses := AgentSecretUses(r.agent, &r.out.Engine)
+	uses := AgentSecretUses(r.agent)
 	for _, ts := range r.out.ToolSources {
 		uses = append(uses, ToolSourceSecretUses(ts.ToolSource, fmt.Sprintf("ToolSource %q ", ts.Name))...)
 	}
@@ -452,10 +447,15 @@ func (r *resolver) secrets() *Blocker {
 	if b := CheckSecrets(uses, r.observed.Secrets); b != nil {
 		return b
 	}
-	if b := r.engineTLS(); b != nil {
-		return b
-	}
 	digests := map[string]SecretKeyDigest{}
+	if r.out.ClusterEngine != "" {
+		// The copy the workers read changes with its source.
+		for key, value := range r.out.EngineCredentials.secretData() {
+			sum := sha256.Sum256(value)
+			name := EngineSecretName(r.agent.Name)
+			digests[name+"\x00"+key] = SecretKeyDigest{Secret: name, Key: key, SHA256: hex.EncodeToString(sum[:])}
+		}
+	}
 	for _, use := range uses {
 		secret := r.observed.Secrets[use.Secret]
 		for _, k := range slices.Concat(use.Required, use.Optional) {
@@ -474,32 +474,6 @@ func (r *resolver) secrets() *Blocker {
 	if ms := r.out.MediaStore; ms != nil && ms.Spec.S3 != nil && ms.Spec.S3.CredentialsSecretRef != nil {
 		_, r.out.S3SessionToken = SecretValue(r.observed.Secrets[ms.Spec.S3.CredentialsSecretRef.Name], S3SessionTokenKey)
 	}
-	return nil
-}
-
-func (r *resolver) engineTLS() *Blocker {
-	tls := r.out.Engine.TLS
-	if tls == nil || tls.SecretRef == nil {
-		return nil
-	}
-	secret, ok := r.observed.Secrets[tls.SecretRef.Name]
-	if !ok {
-		return blocked(agentsv1.ReasonSecretNotFound, "%s.tls.secretRef: Secret %q does not exist", engineField(r.agent), tls.SecretRef.Name)
-	}
-	_, ca := SecretValue(secret, TLSCAKey)
-	_, cert := SecretValue(secret, TLSCertKey)
-	_, key := SecretValue(secret, TLSPrivateKeyKey)
-	if cert != key {
-		return blocked(agentsv1.ReasonSecretKeyNotFound,
-			"%s.tls.secretRef: Secret %q must have both %s and %s for a client certificate, or neither",
-			engineField(r.agent), tls.SecretRef.Name, TLSCertKey, TLSPrivateKeyKey)
-	}
-	if !ca && !cert {
-		return blocked(agentsv1.ReasonSecretKeyNotFound,
-			"%s.tls.secretRef: Secret %q has none of %s, %s and %s",
-			engineField(r.agent), tls.SecretRef.Name, TLSCAKey, TLSCertKey, TLSPrivateKeyKey)
-	}
-	r.out.EngineTLS = TLSFiles{CA: ca, ClientCert: cert}
 	return nil
 }
 

@@ -9,13 +9,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
+	"github.com/stepwise-run/stepwise/internal/version"
 )
 
 var testDefaults = Defaults{
-	Engine:              &agentsv1.EngineSpec{Address: "temporal:7233", Namespace: "default"},
-	WorkerImage:         "worker:stock",
-	WorkerEngineVersion: "0.1.0",
-	MediaHostPathRoots:  []string{"/media"},
+	DefaultEngine:         "shared",
+	AllowNamespaceEngines: true,
+	WorkerImage:           "worker:stock",
+	WorkerEngineVersion:   version.EngineVersion,
+	MediaHostPathRoots:    []string{"/media"},
+}
+
+// testEngineID is what the test ClusterEngine's engine says of itself.
+const testEngineID = "5b0b1c8e-0000-4000-8000-00000000e1d1"
+
+// readyClusterEngine is a ClusterEngine of every namespace that the
+// operator reached.
+func readyClusterEngine(name string, mutate ...func(*agentsv1.ClusterEngine)) *agentsv1.ClusterEngine {
+	ce := &agentsv1.ClusterEngine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1},
+		Spec:       agentsv1.ClusterEngineSpec{Address: "temporal:7233", Namespace: "default", NamespaceSelector: &metav1.LabelSelector{}},
+		Status:     agentsv1.ClusterEngineStatus{ObservedGeneration: 1, Conditions: readyConditions, NamespaceID: testEngineID},
+	}
+	for _, m := range mutate {
+		m(ce)
+	}
+	return ce
 }
 
 type agentOption func(*agentsv1.Agent)
@@ -94,8 +114,12 @@ func secret(name string, data map[string]string) *corev1.Secret {
 	return s
 }
 
+// observed is what the controller would read: the objects given, and the
+// default ClusterEngine unless another is given. The engine of an Agent's
+// own answers who it is, as the test ClusterEngine's.
 func observed(objs ...any) Observed {
-	o := Observed{ToolSources: map[string]*agentsv1.ToolSource{}, Secrets: map[string]*corev1.Secret{}}
+	o := Observed{ToolSources: map[string]*agentsv1.ToolSource{}, Secrets: map[string]*corev1.Secret{},
+		ClusterEngine: readyClusterEngine("shared"), NamespaceLabels: map[string]string{}, NamespaceEngineID: testEngineID}
 	for _, obj := range objs {
 		switch v := obj.(type) {
 		case *agentsv1.ToolSource:
@@ -104,6 +128,8 @@ func observed(objs ...any) Observed {
 			o.MediaStore = v
 		case *corev1.Secret:
 			o.Secrets[v.Name] = v
+		case *agentsv1.ClusterEngine:
+			o.ClusterEngine = v
 		}
 	}
 	return o
@@ -123,7 +149,7 @@ func TestResolveBlockers(t *testing.T) {
 			name:       "no engine anywhere",
 			agent:      testAgent(),
 			defaults:   Defaults{WorkerImage: "w"},
-			wantReason: agentsv1.ReasonEngineNotConfigured, wantMessage: "spec.engine is not set and the operator has no default engine",
+			wantReason: agentsv1.ReasonEngineNotConfigured, wantMessage: "the Agent names no engine (spec.engineRef) and the operator has no default ClusterEngine",
 		},
 		{
 			name:       "a missing ToolSource",
@@ -198,7 +224,7 @@ func TestResolveBlockers(t *testing.T) {
 			name:        "a hostPath MediaStore when the operator allows no host directory",
 			agent:       testAgent(withMediaStoreRef("media")),
 			observed:    observed(readyMediaStore("media")),
-			defaults:    Defaults{Engine: testDefaults.Engine, WorkerImage: "w"},
+			defaults:    Defaults{DefaultEngine: "shared", WorkerImage: "w"},
 			wantReason:  agentsv1.ReasonMediaStoreNotReady,
 			wantMessage: "the operator allows none); use a PersistentVolumeClaim",
 		},
@@ -290,7 +316,7 @@ func TestResolveBlockers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			defaults := tt.defaults
-			if defaults.WorkerImage == "" && defaults.Engine == nil {
+			if defaults.WorkerImage == "" {
 				defaults = testDefaults
 			}
 			if tt.observed.ToolSources == nil {
@@ -316,7 +342,7 @@ func TestResolveBlockers(t *testing.T) {
 func TestResolveSucceeds(t *testing.T) {
 	agent := testAgent(withModelKey("openai", "api-key"), withToolSources("files"), withMediaStoreRef("media"),
 		func(a *agentsv1.Agent) {
-			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:2", EngineVersion: "0.2.0",
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:2", EngineVersion: version.EngineVersion,
 				Env: []corev1.EnvVar{{Name: "OPTIONAL", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 					LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Key: "k", Optional: new(true)}}}}}
 		})
@@ -332,11 +358,15 @@ func TestResolveSucceeds(t *testing.T) {
 	if blocker != nil {
 		t.Fatalf("Resolve() blocked: %v", blocker)
 	}
-	if resolved.WorkerImage != "team/worker:2" || resolved.EngineVersion != "0.2.0" {
+	if resolved.WorkerImage != "team/worker:2" || resolved.EngineVersion != version.EngineVersion {
 		t.Errorf("worker = %s %s, want the Agent's image and engine version", resolved.WorkerImage, resolved.EngineVersion)
 	}
-	if resolved.Engine.Address != "temporal:7233" || resolved.Engine.Namespace != "default" {
-		t.Errorf("engine = %+v, want the default", resolved.Engine)
+	if resolved.Engine.Address != "temporal:7233" || resolved.Engine.Namespace != "default" || resolved.ClusterEngine != "shared" ||
+		resolved.EngineID != testEngineID {
+		t.Errorf("engine = %+v (ClusterEngine %q, ID %q), want the default ClusterEngine", resolved.Engine, resolved.ClusterEngine, resolved.EngineID)
+	}
+	if resolved.Names != tenancy.Tenant("team", "SupportAgent") || resolved.SharedTaskQueue != "" {
+		t.Errorf("names = %v, shared task queue %q; want the namespace's own, and no shared queue", resolved.Names, resolved.SharedTaskQueue)
 	}
 	if !resolved.S3SessionToken {
 		t.Error("S3SessionToken = false, want true")
@@ -364,33 +394,46 @@ func TestEffectiveSourceName(t *testing.T) {
 	}
 }
 
-func TestResolveDefaultEngineSecrets(t *testing.T) {
-	defaults := testDefaults
-	defaults.Engine = &agentsv1.EngineSpec{Address: "temporal.cloud:7233", Namespace: "prod",
-		TLS:             &agentsv1.EngineTLS{SecretRef: &agentsv1.SecretReference{Name: "engine-tls"}},
-		APIKeySecretRef: &agentsv1.SecretKeyReference{Name: "engine", Key: "api-key"}}
-
-	_, blocker := Resolve(testAgent(), observed(secret("engine", map[string]string{"api-key": "k"})), defaults)
-	if blocker == nil || blocker.Reason != agentsv1.ReasonSecretNotFound ||
-		!strings.Contains(blocker.Message, `the operator's default engine.tls.secretRef: Secret "engine-tls" does not exist`) {
-		t.Fatalf("Resolve() = %v, want the default engine's TLS Secret reported missing", blocker)
+func TestResolveClusterEngineCredentials(t *testing.T) {
+	ce := readyClusterEngine("shared", func(ce *agentsv1.ClusterEngine) {
+		ce.Spec.TLS = &agentsv1.EngineTLS{SecretRef: &agentsv1.SecretReference{Name: "engine-tls"}, ServerName: "temporal.internal"}
+		ce.Spec.APIKeySecretRef = &agentsv1.SecretKeyReference{Name: "engine", Key: "api-key"}
+	})
+	obs := observed(ce)
+	_, blocker := Resolve(testAgent(), obs, testDefaults)
+	if blocker == nil || blocker.Reason != agentsv1.ReasonEngineNotReady || strings.Contains(blocker.Message, "engine-tls") {
+		t.Fatalf("Resolve() = %v, want EngineNotReady naming none of the administrator's Secrets", blocker)
 	}
 
-	resolved, blocker := Resolve(testAgent(), observed(
-		secret("engine", map[string]string{"api-key": "k"}),
-		secret("engine-tls", map[string]string{TLSCAKey: "ca"})), defaults)
+	obs.EngineSecrets = map[string]*corev1.Secret{
+		"engine":     secret("engine", map[string]string{"api-key": "k"}),
+		"engine-tls": secret("engine-tls", map[string]string{TLSCAKey: "ca"}),
+	}
+	// A Secret of the Agent's namespace named like the administrator's is
+	// not the engine's.
+	obs.Secrets["engine"] = secret("engine", map[string]string{"api-key": "the tenant's"})
+	resolved, blocker := Resolve(testAgent(), obs, testDefaults)
 	if blocker != nil {
 		t.Fatal(blocker)
+	}
+	if string(resolved.EngineCredentials.APIKey) != "k" || string(resolved.EngineCredentials.CA) != "ca" {
+		t.Errorf("credentials = %q, %q; want the ClusterEngine's", resolved.EngineCredentials.APIKey, resolved.EngineCredentials.CA)
+	}
+	// The workers read them from the Agent's own Secret.
+	copySecret := EngineSecretName("support")
+	e := resolved.Engine
+	if e.APIKeySecretRef == nil || *e.APIKeySecretRef != (agentsv1.SecretKeyReference{Name: copySecret, Key: EngineAPIKeyKey}) ||
+		e.TLS == nil || e.TLS.SecretRef == nil || e.TLS.SecretRef.Name != copySecret || e.TLS.ServerName != "temporal.internal" {
+		t.Errorf("the workers' engine = %+v, want its credentials from Secret %s", e, copySecret)
 	}
 	var digested []string
 	for _, d := range resolved.SecretDigests {
 		digested = append(digested, d.Secret+"/"+d.Key)
 	}
-	if want := []string{"engine/api-key", "engine-tls/ca.crt"}; !slices.Equal(digested, want) {
-		t.Errorf("secret digests = %v, want %v: the default engine's Secrets roll the workers too", digested, want)
+	if want := []string{copySecret + "/api-key", copySecret + "/ca.crt"}; !slices.Equal(digested, want) {
+		t.Errorf("secret digests = %v, want %v: the ClusterEngine's credentials roll the workers too", digested, want)
 	}
-	uses := AgentSecretUses(testAgent(), defaults.Engine)
-	if len(uses) != 2 {
-		t.Errorf("AgentSecretUses with the default engine = %+v, want its API key and TLS Secret", uses)
+	if uses := AgentSecretUses(testAgent()); len(uses) != 0 {
+		t.Errorf("AgentSecretUses on a ClusterEngine = %+v, want none of the Agent's namespace", uses)
 	}
 }

@@ -8,18 +8,13 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 // LabelBuildID marks a versioned worker Deployment, its selector and its
 // pods with the build ID of the worker version they run; an unversioned
 // worker has none.
 const LabelBuildID = "agents.stepwise.run/build-id"
-
-// WorkerDeploymentName is the Temporal Worker Deployment an Agent's
-// versioned workers join: its task queue's name, which the Flow claim
-// makes one Agent's per engine namespace, and which holds no ".", the one
-// character a Worker Deployment name may not.
-func WorkerDeploymentName(flowType string) string { return TaskQueue(flowType) }
 
 // VersionedWorkerName is the name of the worker Deployment of one version:
 // the unversioned name with a digest of the build ID, so every version gets
@@ -32,9 +27,9 @@ func VersionedWorkerName(agentName, buildID string) string {
 // Versioned turns the rendered worker Deployment into the Deployment of its
 // worker version: its own name, selector and pod label, and the two worker
 // flags that make its workers that version of the Agent's Worker
-// Deployment. The flags' values come from the Flow type and the image and
-// engine version, none of them free text.
-func Versioned(d *appsv1ac.DeploymentApplyConfiguration, agentName, flowType string) *appsv1ac.DeploymentApplyConfiguration {
+// Deployment. The flags' values come from the Agent's names and the image
+// and engine version, none of them free text.
+func Versioned(d *appsv1ac.DeploymentApplyConfiguration, agentName string, names tenancy.Names) *appsv1ac.DeploymentApplyConfiguration {
 	spec := d.Spec.Template.Spec
 	container := &spec.Containers[0]
 	engineVersion := d.Spec.Template.Labels[LabelEngineVersion]
@@ -45,7 +40,7 @@ func Versioned(d *appsv1ac.DeploymentApplyConfiguration, agentName, flowType str
 	selector[LabelBuildID] = buildID
 	d.Spec.WithSelector(metav1ac.LabelSelector().WithMatchLabels(selector))
 	d.Spec.Template.WithLabels(map[string]string{LabelBuildID: buildID})
-	container.WithArgs("--deployment-name="+WorkerDeploymentName(flowType), "--build-id="+buildID)
+	container.WithArgs("--deployment-name="+names.WorkerDeployment(), "--build-id="+buildID)
 	return d
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 func TestVersionedWorkerDeployment(t *testing.T) {
@@ -15,7 +16,8 @@ func TestVersionedWorkerDeployment(t *testing.T) {
 	unversionedArgs := slices.Clone(container.Args)
 	buildID := rollout.Worker{EngineVersion: w.Deployment.Spec.Template.Labels[LabelEngineVersion], Image: *container.Image}.BuildID()
 
-	d := Versioned(w.Deployment, agent.Name, agent.Spec.FlowType)
+	names := tenancy.Tenant(agent.Namespace, agent.Spec.FlowType)
+	d := Versioned(w.Deployment, agent.Name, names)
 	if got, want := *d.Name, VersionedWorkerName(agent.Name, buildID); got != want || !strings.HasPrefix(got, WorkerName(agent.Name)+"-") {
 		t.Errorf("name = %s, want %s", got, want)
 	}
@@ -32,11 +34,11 @@ func TestVersionedWorkerDeployment(t *testing.T) {
 		}
 	}
 	args := d.Spec.Template.Spec.Containers[0].Args
-	want := append(slices.Clone(unversionedArgs), "--deployment-name="+WorkerDeploymentName(agent.Spec.FlowType), "--build-id="+buildID)
+	want := append(slices.Clone(unversionedArgs), "--deployment-name=stepwise/team/SupportAgent", "--build-id="+buildID)
 	if !slices.Equal(args, want) {
 		t.Errorf("args = %q, want %q", args, want)
 	}
-	if name := WorkerDeploymentName(agent.Spec.FlowType); strings.Contains(name, ".") {
+	if name := names.WorkerDeployment(); strings.Contains(name, ".") {
 		t.Errorf("Worker Deployment name %q holds a \".\", which Temporal refuses", name)
 	}
 	if got, ok := IsVersioned(d.Spec.Template.Labels); !ok || got != buildID {

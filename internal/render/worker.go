@@ -25,6 +25,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -39,9 +40,14 @@ const (
 	LabelName      = "app.kubernetes.io/name"
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// LabelFlowClaim marks an Agent's worker Deployment with the Flow type
-	// claim its workers serve; see FlowClaim.
+	// LabelFlowClaim marks an Agent's worker Deployment with the claim of
+	// the names its workers serve; see FlowClaim. It finds a claim's
+	// holders; what it says is checked against the Agent that owns the
+	// Deployment, never believed alone.
 	LabelFlowClaim = "agents.stepwise.run/flow-claim"
+	// LabelSharedFlowClaim marks a worker Deployment whose workers also
+	// serve the shared names, moving the Agent's sessions from them.
+	LabelSharedFlowClaim = "agents.stepwise.run/shared-flow-claim"
 	// LabelMediaStore marks an Agent's worker Deployment with the
 	// MediaStore its workers use, so the store is kept while they do.
 	LabelMediaStore = "agents.stepwise.run/media-store"
@@ -73,6 +79,9 @@ const (
 	configVolume           = "config"
 	componentSessionGraph  = "session-graph"
 	componentEventHubToken = "event-hub-token"
+	// componentEngineCredentials labels the Secret that carries a
+	// ClusterEngine's credentials to an Agent's workers.
+	componentEngineCredentials = "engine-credentials"
 )
 
 // Paths and ports inside a worker pod.
@@ -95,9 +104,6 @@ const (
 	EnvPodName = "STEPWISE_POD_NAME"
 	// secretEnvPrefix starts the names of variables that carry Secret values.
 	secretEnvPrefix = "STEPWISE_SECRET_"
-
-	// TaskQueuePrefix starts every task queue name.
-	TaskQueuePrefix = "stepwise/"
 
 	// maxConfigBytes keeps the config document well under a ConfigMap's
 	// 1 MiB limit.
@@ -179,9 +185,6 @@ func ConfigMapOf(template *corev1.PodTemplateSpec) string {
 	return ""
 }
 
-// TaskQueue is the engine task queue of a Flow type.
-func TaskQueue(flowType string) string { return TaskQueuePrefix + flowType }
-
 // SelectorLabels select an Agent's worker pods. They never change, because
 // a Deployment's selector cannot.
 func SelectorLabels(agentName string) map[string]string {
@@ -191,18 +194,6 @@ func SelectorLabels(agentName string) map[string]string {
 // Selector is SelectorLabels as the text the scale subresource reports.
 func Selector(agentName string) string {
 	return LabelAgent + "=" + agentName + "," + LabelName + "=" + workerAppName
-}
-
-// FlowClaim identifies a Flow type on one engine namespace. At most one
-// Agent may run workers for a claim; the value fits in a label. The address
-// and namespace are compared as ClaimAddress and ClaimNamespace spell them,
-// so two spellings of one address make one claim; an address already in
-// that form keeps the claim it always had.
-func FlowClaim(engine agentsv1.EngineSpec, flowType string) string {
-	address := ClaimAddress(engine.Address)
-	namespace := ClaimNamespace(address, engine.Namespace)
-	sum := sha256.Sum256([]byte(address + "\x00" + namespace + "\x00" + flowType))
-	return hex.EncodeToString(sum[:16])
 }
 
 // EventHubSecretName is the Secret holding an Agent's event hub publish
@@ -236,6 +227,9 @@ type WorkerObjects struct {
 	// EventHubSecret holds the Agent's publish token; nil when the operator
 	// has no event hub.
 	EventHubSecret *corev1ac.SecretApplyConfiguration
+	// EngineSecret carries the ClusterEngine's credentials to the workers;
+	// nil for an engine of the namespace's own, or one that takes none.
+	EngineSecret *corev1ac.SecretApplyConfiguration
 }
 
 // PublishedGraph is the session Flow graph of one Agent, as published.
@@ -280,6 +274,13 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 	digest := configDigest(doc, secretDigests)
 	agent := r.Agent
 	w := &WorkerObjects{Config: cfg, ConfigDocument: doc, ConfigDigest: digest, EventHubSecret: hubSecret}
+	if data := r.EngineCredentials.secretData(); r.ClusterEngine != "" && len(data) > 0 {
+		w.EngineSecret = corev1ac.Secret(EngineSecretName(r.Agent.Name), r.Agent.Namespace).
+			WithLabels(objectLabels(r.Agent.Name, componentEngineCredentials)).
+			WithOwnerReferences(ownerReference(r.Agent)).
+			WithType(corev1.SecretTypeOpaque).
+			WithData(data)
+	}
 
 	w.ConfigMap = corev1ac.ConfigMap(ConfigMapName(agent.Name, digest), agent.Namespace).
 		WithLabels(objectLabels(agent.Name, ComponentWorkerConfig)).
@@ -374,14 +375,15 @@ func workerConfig(r *Resolved, envs secretEnvs) (workerconfig.Config, error) {
 	cfg := workerconfig.Config{
 		APIVersion:    workerconfig.APIVersion,
 		Kind:          workerconfig.Kind,
-		Agent:         workerconfig.AgentRef{Namespace: agent.Namespace, Name: agent.Name},
+		Agent:         workerconfig.AgentRef{Namespace: agent.Namespace, Name: agent.Name, UID: string(agent.UID)},
 		FlowType:      spec.FlowType,
 		EngineVersion: r.EngineVersion,
 		Engine: workerconfig.Engine{
-			Address:   r.Engine.Address,
-			Namespace: r.Engine.Namespace,
-			TaskQueue: TaskQueue(spec.FlowType),
-			APIKey:    envs.keyRef(r.Engine.APIKeySecretRef),
+			Address:         r.Engine.Address,
+			Namespace:       r.Engine.Namespace,
+			TaskQueue:       r.Names.TaskQueue(),
+			SharedTaskQueue: r.SharedTaskQueue,
+			APIKey:          envs.keyRef(r.Engine.APIKeySecretRef),
 		},
 		TaskSlots:      orDefault(workers(agent).TaskSlots, fallbackTaskSlots),
 		HealthAddress:  healthAddress,
@@ -675,7 +677,10 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 	podLabels := objectLabels(agent.Name, ComponentWorker)
 	podLabels[LabelEngineVersion] = r.EngineVersion
 	deploymentLabels := objectLabels(agent.Name, ComponentWorker)
-	deploymentLabels[LabelFlowClaim] = FlowClaim(r.Engine, agent.Spec.FlowType)
+	deploymentLabels[LabelFlowClaim] = FlowClaim(r.EngineID, r.Names)
+	if r.SharedTaskQueue != "" {
+		deploymentLabels[LabelSharedFlowClaim] = FlowClaim(r.EngineID, tenancy.Shared(agent.Spec.FlowType))
+	}
 	if r.MediaStore != nil {
 		deploymentLabels[LabelMediaStore] = r.MediaStore.Name
 	}

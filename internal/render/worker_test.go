@@ -19,6 +19,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -98,9 +99,11 @@ func TestRenderWorkerConfig(t *testing.T) {
 		got, want any
 	}{
 		{"flow type", cfg.FlowType, "SupportAgent"},
-		{"task queue", cfg.Engine.TaskQueue, "stepwise/SupportAgent"},
+		{"task queue of the Agent's own names", cfg.Engine.TaskQueue, "stepwise/team/SupportAgent"},
+		{"no shared task queue", cfg.Engine.SharedTaskQueue, ""},
+		{"the Agent's UID", cfg.Agent.UID, "uid-1"},
 		{"engine", cfg.Engine.Address + " " + cfg.Engine.Namespace, "temporal:7233 default"},
-		{"engine version", cfg.EngineVersion, "0.1.0"},
+		{"engine version", cfg.EngineVersion, version.EngineVersion},
 		{"task slots", cfg.TaskSlots, int32(40)},
 		{"instructions kept as written", cfg.Definition.Instructions, "Help <customers> & staff."},
 		{"built-in tools in name order", strings.Join(cfg.Definition.BuiltInTools, ","), "ask_user,write_todos"},
@@ -167,11 +170,14 @@ func TestRenderWorkerDeployment(t *testing.T) {
 				if w.ServiceAccount == nil || *spec.Template.Spec.ServiceAccountName != "support-worker" {
 					t.Errorf("service account = %v, want support-worker created", spec.Template.Spec.ServiceAccountName)
 				}
-				if got := spec.Template.Labels[LabelEngineVersion]; got != "0.1.0" {
+				if got := spec.Template.Labels[LabelEngineVersion]; got != version.EngineVersion {
 					t.Errorf("engine version label = %q", got)
 				}
-				if w.Deployment.Labels[LabelFlowClaim] != FlowClaim(*testDefaults.Engine, "SupportAgent") {
-					t.Errorf("Deployment labels = %v, want the Flow type claim", w.Deployment.Labels)
+				if w.Deployment.Labels[LabelFlowClaim] != FlowClaim(testEngineID, tenancy.Tenant("team", "SupportAgent")) {
+					t.Errorf("Deployment labels = %v, want the claim of the Agent's own names", w.Deployment.Labels)
+				}
+				if _, ok := w.Deployment.Labels[LabelSharedFlowClaim]; ok || w.EngineSecret != nil {
+					t.Errorf("Deployment labels = %v, engine Secret %v; want no shared claim and no credentials to carry", w.Deployment.Labels, w.EngineSecret)
 				}
 				if got := *w.ConfigMap.Name; got != ConfigMapName("support", w.ConfigDigest) || !*w.ConfigMap.Immutable {
 					t.Errorf("config ConfigMap %s, want an immutable one named by the digest", got)
@@ -188,8 +194,9 @@ func TestRenderWorkerDeployment(t *testing.T) {
 			},
 		},
 		{
-			name: "an Agent's own image, ServiceAccount, scheduling and env",
+			name: "an Agent's own image, ServiceAccount, scheduling and env, of an engine version whose sessions an earlier operator ran under the shared names",
 			agent: testAgent(func(a *agentsv1.Agent) {
+				a.Status.TaskQueue = "stepwise/SupportAgent"
 				a.Spec.Workers = &agentsv1.WorkersSpec{
 					Image: "team/worker:2", EngineVersion: "0.2.0", Replicas: new(int32(3)),
 					ServiceAccountName: "cloud", NodeSelector: map[string]string{"pool": "agents"},
@@ -463,7 +470,7 @@ func TestStopTimeoutFollowsTheLongestStepTheAgentAllows(t *testing.T) {
 		{"a stdio request and its task wait", testAgent(withSources("files")), []any{stdioSource(10*time.Minute, 20*time.Minute)}, 30 * time.Minute},
 		{"capped at an hour", testAgent(withSources("files")), []any{stdioSource(time.Hour, 24*time.Hour)}, time.Hour},
 		{"a team's own image may hold hour-long function tools", testAgent(func(a *agentsv1.Agent) {
-			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:2", EngineVersion: "0.1.0"}
+			a.Spec.Workers = &agentsv1.WorkersSpec{Image: "team/worker:2", EngineVersion: version.EngineVersion}
 		}), nil, time.Hour},
 	} {
 		t.Run(c.name, func(t *testing.T) {

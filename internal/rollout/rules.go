@@ -59,6 +59,12 @@ type Release struct {
 	// turns, by continuing as new, so no turn ever runs on two versions.
 	// The versioned strategy needs it of the version it rolls from.
 	MovesBetweenTurns bool
+	// OwnNames says the version's workers keep an Agent's sessions under
+	// names of its own Kubernetes namespace (internal/tenancy): its task
+	// queue, its Worker Deployment, its sessions' workflow IDs and its
+	// spend counter. Earlier versions know only the names one Flow type
+	// shares across the whole Temporal namespace.
+	OwnNames bool
 	// FlowGraphDigest is the digest of this version's session Flow graph
 	// document for the Flow type GraphCheckFlowType. A test recomputes it,
 	// so a change to the session Flow that keeps the version fails until
@@ -126,6 +132,17 @@ var Releases = []Release{
 			"again. A run records this revision in its version marker, which a 0.6.0 worker cannot replay, so " +
 			"old workers stop first, or sessions move to 0.7.0 between turns in a Worker Deployment.",
 		FlowGraphDigest: "sha256:5ee7d677a9a10ce29629930c3c7f2f091402edc185ea088c043285d9607be955",
+	},
+	{
+		EngineVersion:     "0.8.0",
+		MovesBetweenTurns: true,
+		OwnNames:          true,
+		Changes: "Every name on the engine carries the Agent's Kubernetes namespace: a session starts under a " +
+			"workflow ID, task queue and Worker Deployment of its Agent's own and records its owner, and a session " +
+			"of the shared names of 0.7.0 and earlier moves to them between turns. A run records this revision in " +
+			"its version marker, which a 0.7.0 worker cannot replay, so old workers stop first, or sessions move " +
+			"to 0.8.0 between turns in a Worker Deployment.",
+		FlowGraphDigest: "sha256:4fb4c101e03d2b31c3eb2ef2500f87cb3b986c7450e10c86b0984a54eba30da4",
 	},
 }
 
@@ -226,6 +243,16 @@ func Serves(engineVersion string, feature Feature) bool {
 func MovesBetweenTurnsIn(engineVersion string) bool {
 	if r, ok := ReleaseOf(engineVersion); ok {
 		return r.MovesBetweenTurns
+	}
+	return newerThan(engineVersion, Releases[len(Releases)-1].EngineVersion)
+}
+
+// OwnNamesIn says whether workers of an engine version keep an Agent's
+// sessions under its own names. A version newer than every row is taken
+// to, as releases only add.
+func OwnNamesIn(engineVersion string) bool {
+	if r, ok := ReleaseOf(engineVersion); ok {
+		return r.OwnNames
 	}
 	return newerThan(engineVersion, Releases[len(Releases)-1].EngineVersion)
 }

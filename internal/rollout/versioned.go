@@ -49,6 +49,10 @@ func keyOf(w Worker, versioned bool) string {
 // engine keeps it.
 type EngineVersion struct {
 	BuildID string
+	// Deployment names the Worker Deployment that keeps it: an Agent's
+	// versions may be in its own and in the shared one of engine 0.7.0 and
+	// earlier.
+	Deployment string
 	// Draining and Drained are what the engine says of the sessions
 	// pinned to an old version; neither, until it has looked.
 	Draining, Drained bool

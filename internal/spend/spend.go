@@ -21,15 +21,6 @@ const (
 	UsageQuery = "usage"
 )
 
-// CounterIDPrefix starts the workflow ID of every spend counter; clients
-// refuse session IDs that start with it, so no session can take one.
-const CounterIDPrefix = "stepwise-spend-counter/"
-
-// CounterID is the workflow ID of a Flow type's spend counter.
-func CounterID(flowType string) string {
-	return CounterIDPrefix + flowType
-}
-
 // Amount is what model calls spent: tokens, and cost in millionths of the
 // currency the Agent's prices are in.
 type Amount struct {

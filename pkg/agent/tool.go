@@ -220,9 +220,11 @@ type ToolContext struct {
 	SessionID  string
 	TurnID     string
 	ToolCallID string
-	// IdempotencyKey is "<sessionID>/<turnID>/<toolCallID>", the same on
-	// every attempt: pass it to the system the tool writes to, so a repeated
-	// call changes nothing more.
+	// IdempotencyKey is "<session's engine ID>/<turnID>/<toolCallID>", the
+	// same on every attempt and unique on the engine: the engine's ID of a
+	// session carries its Agent's namespace and Flow type, so sessions of
+	// one ID in two namespaces never share a key. Pass it to the system the
+	// tool writes to, so a repeated call changes nothing more.
 	IdempotencyKey string
 	// Attempt is the one-based attempt of the tool Step.
 	Attempt int

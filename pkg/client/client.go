@@ -25,7 +25,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
-	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 // Steps a session waits in for a person.
@@ -47,28 +47,22 @@ type SessionSettings map[string]any
 // sends, measured as compact JSON.
 const MaxSessionSettingsBytes = contract.MaxSessionSettingsBytes
 
-// Sessions drives the sessions of one Flow type.
+// Sessions drives the sessions of one Agent.
 type Sessions struct {
-	c         client.Client
-	flowType  string
-	taskQueue string
+	c     client.Client
+	agent Agent
 	// recentPoll is how recently a worker must have polled to count.
 	recentPoll time.Duration
+	resolved   resolver
 }
 
-// TaskQueue is the task queue the operator gives an Agent's workers.
-func TaskQueue(flowType string) string {
-	return "stepwise/" + flowType
+// New returns a client for the sessions of an Agent.
+func New(c client.Client, agent Agent) *Sessions {
+	return &Sessions{c: c, agent: agent, recentPoll: recentPoll}
 }
 
-// New returns a client for the sessions of a Flow type on its task queue;
-// an empty task queue uses the operator's naming.
-func New(c client.Client, flowType, taskQueue string) *Sessions {
-	if taskQueue == "" {
-		taskQueue = TaskQueue(flowType)
-	}
-	return &Sessions{c: c, flowType: flowType, taskQueue: taskQueue, recentPoll: recentPoll}
-}
+// Agent is the Agent whose sessions s drives.
+func (s *Sessions) Agent() Agent { return s.agent }
 
 // Start starts a session; a non-blank initial message starts its first turn.
 // It reports false when a session with that ID exists or existed: a session
@@ -76,13 +70,16 @@ func New(c client.Client, flowType, taskQueue string) *Sessions {
 // A retry with the same request ID (WithRequestID) reports true when the
 // first call started the session. When no worker runs the start within
 // ctx, the error is a *PendingError; see Send.
+//
+// Session IDs are the Agent's own: another Agent's session of the same ID,
+// in this namespace or another, neither stops the start nor is touched.
 func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, opts ...StartOption) (bool, error) {
 	var o startOptions
 	for _, opt := range opts {
 		opt.applyToStart(&o)
 	}
-	if strings.HasPrefix(sessionID, spend.CounterIDPrefix) {
-		return false, fmt.Errorf("starting session %s: session IDs starting with %q are the engine's own", sessionID, spend.CounterIDPrefix)
+	if err := tenancy.CheckSessionID(sessionID); err != nil {
+		return false, fmt.Errorf("starting session: %w: %w", ErrInvalidSessionID, err)
 	}
 	requestID, err := resolveRequestID(o.requestID)
 	if err != nil {
@@ -99,15 +96,26 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 		}
 		in.Settings = raw
 	}
+	names, err := s.namesForStart(ctx, sessionID)
+	if err != nil {
+		return false, err
+	}
+	input := engine.SessionInput{Start: in, StepSearch: o.stepSearch, Owner: s.owner()}
+	if !names.IsShared() {
+		input.SessionID = sessionID
+	}
 	startOpts := client.StartWorkflowOptions{
-		ID: sessionID, TaskQueue: s.taskQueue,
+		ID: names.WorkflowID(sessionID), TaskQueue: names.TaskQueue(),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}
+	if owner := s.owner(); owner != nil {
+		startOpts.TypedSearchAttributes = engine.OwnerAttributes(*owner)
 	}
 	var started bool
 	err = sendUntilTaken(ctx, func() error {
 		// A start operation runs once: each send needs its own.
-		start := s.c.NewWithStartWorkflowOperation(startOpts, s.flowType, engine.SessionInput{Start: in, StepSearch: o.stepSearch})
+		start := s.c.NewWithStartWorkflowOperation(startOpts, s.agent.FlowType, input)
 		handle, err := s.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
@@ -123,12 +131,34 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
+		s.remember(sessionID, sessionRef{workflowID: startOpts.ID, taskQueue: startOpts.TaskQueue})
 		return started, nil
 	case refused(err), errors.As(err, &exists):
 		return false, nil
 	default:
 		return false, s.failed(ctx, engine.UpdateStartSession, sessionID, requestID, err)
 	}
+}
+
+// namesForStart are the names a session starts under: those the Agent's
+// status starts sessions under, except that a session the Agent already
+// has under the shared names is started there again, so a session ID is
+// one session.
+func (s *Sessions) namesForStart(ctx context.Context, sessionID string) (tenancy.Names, error) {
+	names := s.startNames()
+	if names.IsShared() || s.sharedQueue() == "" {
+		return names, nil
+	}
+	existing, err := s.Describe(ctx, sessionID)
+	switch {
+	case errors.Is(err, ErrSessionNotFound):
+		return names, nil
+	case err != nil:
+		return tenancy.Names{}, err
+	case existing.WorkflowID == sessionID:
+		return tenancy.Shared(s.agent.FlowType), nil
+	}
+	return names, nil
 }
 
 // Send queues a user message; it starts a turn when none runs. It reports
@@ -267,10 +297,14 @@ func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any, 
 	if err != nil {
 		return false, fmt.Errorf("%s on session %s: %w", name, sessionID, err)
 	}
+	workflowID, err := s.workflowID(ctx, sessionID)
+	if err != nil {
+		return false, fmt.Errorf("%s on session %s: %w", name, sessionID, err)
+	}
 	var ok bool
 	err = sendUntilTaken(ctx, func() error {
 		handle, err := s.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: sessionID, UpdateID: updateID(name, requestID), UpdateName: name, Args: []any{arg},
+			WorkflowID: workflowID, UpdateID: updateID(name, requestID), UpdateName: name, Args: []any{arg},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
 		if err != nil {
@@ -313,7 +347,11 @@ func (s *Sessions) Messages(ctx context.Context, sessionID string, req MessagesR
 }
 
 func (s *Sessions) query(ctx context.Context, sessionID, name string, out any, args ...any) error {
-	resp, err := s.c.QueryWorkflow(ctx, sessionID, "", name, args...)
+	workflowID, err := s.workflowID(ctx, sessionID)
+	if err != nil {
+		return fmt.Errorf("%s of session %s: %w", name, sessionID, err)
+	}
+	resp, err := s.c.QueryWorkflow(ctx, workflowID, "", name, args...)
 	if err != nil {
 		return fmt.Errorf("%s of session %s: %w", name, sessionID, err)
 	}
@@ -332,8 +370,6 @@ type WaitingSession struct {
 
 // WaitingQuery narrows a search for waiting sessions.
 type WaitingQuery struct {
-	// FlowType limits the search to one Flow type; empty searches all.
-	FlowType string
 	// Steps are the Steps searched; empty searches both Steps a session
 	// waits in for a person.
 	Steps []string
@@ -341,38 +377,38 @@ type WaitingQuery struct {
 	Limit int
 }
 
-// Waiting finds the running sessions of every Flow type that wait in a
-// Step, such as StepAwaitToolApproval. The search is eventually consistent:
-// a session appears shortly after it starts waiting.
-func Waiting(ctx context.Context, c client.Client, namespace, step string) ([]WaitingSession, error) {
-	found, _, err := FindWaiting(ctx, c, namespace, WaitingQuery{Steps: []string{step}})
-	return found, err
-}
-
-// FindWaiting finds the running sessions that wait in the query's Steps,
-// newest first; more reports sessions left out by the limit. The search is
-// eventually consistent, as Waiting's is.
-func FindWaiting(ctx context.Context, c client.Client, namespace string, q WaitingQuery) (found []WaitingSession, more bool, err error) {
+// Waiting finds the Agent's running sessions that wait in the query's
+// Steps, such as StepAwaitToolApproval, newest first; more reports
+// sessions left out by the limit. It lists no other Agent's session. The
+// search is eventually consistent: a session appears shortly after it
+// starts waiting.
+func (s *Sessions) Waiting(ctx context.Context, q WaitingQuery) (found []WaitingSession, more bool, err error) {
 	steps := q.Steps
 	if len(steps) == 0 {
 		steps = []string{StepAwaitToolApproval, StepAwaitQuestionAnswer}
 	}
-	query, err := waitingQuery(q.FlowType, steps)
+	query, err := s.waitingQuery(steps)
 	if err != nil {
 		return nil, false, err
 	}
 	var token []byte
 	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query, NextPageToken: token})
+		resp, err := s.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
 		if err != nil {
-			return nil, false, fmt.Errorf("finding sessions waiting in %s: %w", strings.Join(steps, ", "), err)
+			return nil, false, fmt.Errorf("finding sessions of %s waiting in %s: %w", s.agent, strings.Join(steps, ", "), err)
 		}
 		for _, e := range resp.GetExecutions() {
+			workflowID := e.GetExecution().GetWorkflowId()
+			sessionID, ok := s.sessionIDOf(workflowID)
+			recorded, hasOwner := recordedOwner(e.GetSearchAttributes())
+			if !ok || !s.belongs(sessionID, workflowID, e.GetTaskQueue(), recorded, hasOwner) {
+				continue
+			}
 			if q.Limit > 0 && len(found) == q.Limit {
 				return found, true, nil
 			}
 			found = append(found, WaitingSession{
-				SessionID: e.GetExecution().GetWorkflowId(),
+				SessionID: sessionID,
 				FlowType:  e.GetType().GetName(),
 				Steps:     activeSteps(e.GetSearchAttributes(), steps),
 				StartTime: e.GetStartTime().AsTime(),
@@ -384,9 +420,19 @@ func FindWaiting(ctx context.Context, c client.Client, namespace string, q Waiti
 	}
 }
 
-// waitingQuery is the visibility query of a search. Names are quoted into
-// it, so one that could end its quotes is refused rather than escaped.
-func waitingQuery(flowType string, steps []string) (string, error) {
+// sessionIDOf is the session ID of one of the Agent's workflows: its own
+// names', or a shared one's.
+func (s *Sessions) sessionIDOf(workflowID string) (string, bool) {
+	if id, ok := s.own().SessionID(workflowID); ok {
+		return id, true
+	}
+	return tenancy.Shared(s.agent.FlowType).SessionID(workflowID)
+}
+
+// waitingQuery is the visibility query of a search: the Agent's task
+// queues, and on its own, the owner it recorded. Names are quoted into it,
+// so one that could end its quotes is refused rather than escaped.
+func (s *Sessions) waitingQuery(steps []string) (string, error) {
 	quoted := make([]string, len(steps))
 	for i, step := range steps {
 		if !queryNamePattern.MatchString(step) {
@@ -394,12 +440,24 @@ func waitingQuery(flowType string, steps []string) (string, error) {
 		}
 		quoted[i] = "'" + step + "'"
 	}
-	query := fmt.Sprintf("%s IN (%s) AND ExecutionStatus = 'Running'", engine.ActiveStepsAttribute, strings.Join(quoted, ", "))
-	if flowType != "" {
-		if !queryNamePattern.MatchString(flowType) {
-			return "", fmt.Errorf("%q is not a Flow type name", flowType)
+	var queues []string
+	for _, q := range s.taskQueues() {
+		if !queryNamePattern.MatchString(q) {
+			return "", fmt.Errorf("%q is not a task queue name", q)
 		}
-		query += " AND WorkflowType = '" + flowType + "'"
+		queues = append(queues, "'"+q+"'")
+	}
+	query := fmt.Sprintf("%s IN (%s) AND ExecutionStatus = 'Running' AND TaskQueue IN (%s)",
+		engine.ActiveStepsAttribute, strings.Join(quoted, ", "), strings.Join(queues, ", "))
+	if owner := s.owner(); owner != nil {
+		for _, v := range []string{owner.Namespace, owner.Agent} {
+			if !queryNamePattern.MatchString(v) {
+				return "", fmt.Errorf("%q is not an Agent's namespace or name", v)
+			}
+		}
+		// A shared session may record no owner; belongs decides those.
+		query += fmt.Sprintf(" AND (%s IS NULL OR (%s = '%s' AND %s = '%s'))",
+			tenancy.AttributeNamespace, tenancy.AttributeNamespace, owner.Namespace, tenancy.AttributeAgent, owner.Agent)
 	}
 	// No ORDER BY: SQL visibility stores refuse it, and every store lists
 	// running executions newest first.

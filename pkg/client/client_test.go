@@ -18,6 +18,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -29,12 +30,12 @@ func TestStartIsTrueOnlyForTheCallThatStartedTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Demo", TaskQueue: client.TaskQueue("Demo"), TaskSlots: 4, Runner: runner})
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Demo", TaskQueue: tenancy.Tenant("test", "Demo").TaskQueue(), TaskSlots: 4, Runner: runner})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	s := client.New(c, "Demo", "")
+	s := client.New(c, testAgent("Demo"))
 	ctx := context.Background()
 
 	for i, tc := range []struct {
@@ -64,13 +65,13 @@ func TestStartIsTrueOnlyForTheCallThatStartedTheSession(t *testing.T) {
 		t.Errorf("messages = %+v, want one turn: the retried and refused starts add nothing", snap.Messages)
 	}
 
-	if desc, err := c.DescribeWorkflow(ctx, "s1", ""); err != nil ||
+	if desc, err := c.DescribeWorkflow(ctx, s.WorkflowIDOf("s1"), ""); err != nil ||
 		desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[engine.ActiveStepsAttribute] == nil {
 		t.Fatalf("a session with step search has no %s (%v)", engine.ActiveStepsAttribute, err)
 	}
 
 	// A session that ended is never started again under its ID.
-	if err := c.TerminateWorkflow(ctx, "s1", "", "test"); err != nil {
+	if err := c.TerminateWorkflow(ctx, s.WorkflowIDOf("s1"), "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Start(ctx, "s1", "again"); got || err != nil {
@@ -85,7 +86,7 @@ func TestStartIsTrueOnlyForTheCallThatStartedTheSession(t *testing.T) {
 		snap, err := s.Snapshot(ctx, "s2")
 		return err == nil && len(snap.Messages) == 2 && snap.Messages[1].Text == "Demo reply: hi", err
 	})
-	desc, err := c.DescribeWorkflow(ctx, "s2", "")
+	desc, err := c.DescribeWorkflow(ctx, s.WorkflowIDOf("s2"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,12 +123,12 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Settings", TaskQueue: client.TaskQueue("Settings"), TaskSlots: 4, Runner: runner})
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Settings", TaskQueue: tenancy.Tenant("test", "Settings").TaskQueue(), TaskSlots: 4, Runner: runner})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	s := client.New(c, "Settings", "")
+	s := client.New(c, testAgent("Settings"))
 	ctx := context.Background()
 
 	if ok, err := s.UpdateSettings(ctx, "never-started", client.SessionSettings{"model": "large"}); ok || err == nil {
@@ -193,7 +194,7 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 
 	// Settings that bypass the client's check are refused by the session.
 	handle, err := c.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
-		WorkflowID: "s1", UpdateName: engine.UpdateSessionSettings, WaitForStage: tclient.WorkflowUpdateStageCompleted,
+		WorkflowID: s.WorkflowIDOf("s1"), UpdateName: engine.UpdateSessionSettings, WaitForStage: tclient.WorkflowUpdateStageCompleted,
 		Args: []any{engine.SettingsRequest{Settings: json.RawMessage(`["large"]`)}},
 	})
 	if err == nil {
@@ -205,7 +206,7 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 
 	// A session started around the client with settings that are not an
 	// object fails at once, without a retry.
-	run, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "bad-start", TaskQueue: client.TaskQueue("Settings")}, "Settings",
+	run, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "bad-start", TaskQueue: tenancy.Tenant("test", "Settings").TaskQueue()}, "Settings",
 		engine.SessionInput{Start: session.StartInput{RequestID: "r", Settings: json.RawMessage(`"large"`)}})
 	if err != nil {
 		t.Fatal(err)
@@ -246,12 +247,12 @@ func TestAPlanIsReviewedThenExecuted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Planner", TaskQueue: client.TaskQueue("Planner"), TaskSlots: 4, Runner: runner, PlanMode: true})
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Planner", TaskQueue: tenancy.Tenant("test", "Planner").TaskQueue(), TaskSlots: 4, Runner: runner, PlanMode: true})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	s := client.New(c, "Planner", "")
+	s := client.New(c, testAgent("Planner"))
 	ctx := context.Background()
 	if ok, err := s.Start(ctx, "s1", ""); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
@@ -317,18 +318,18 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Long", TaskQueue: client.TaskQueue("Long"), TaskSlots: 4, Runner: runner,
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Long", TaskQueue: tenancy.Tenant("test", "Long").TaskQueue(), TaskSlots: 4, Runner: runner,
 		HistoryBudget: engine.HistoryBudget{Events: 40, Bytes: 1 << 20}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	s := client.New(c, "Long", "")
+	s := client.New(c, testAgent("Long"))
 	ctx := context.Background()
 	if ok, err := s.Start(ctx, "s1", "", client.WithSettings(client.SessionSettings{"tone": "brief"})); !ok || err != nil {
 		t.Fatalf("Start = %v, %v", ok, err)
 	}
-	first, err := c.DescribeWorkflow(ctx, "s1", "")
+	first, err := c.DescribeWorkflow(ctx, s.WorkflowIDOf("s1"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +347,7 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 			return err == nil && snap.State.TurnCount == i+1 && snap.State.ActiveTurnID == "", err
 		})
 	}
-	last, err := c.DescribeWorkflow(ctx, "s1", "")
+	last, err := c.DescribeWorkflow(ctx, s.WorkflowIDOf("s1"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,13 +407,13 @@ func TestARequestSentWhileNoWorkerRunsWaitsAndARetryLearnsItsOutcome(t *testing.
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Pending", TaskQueue: client.TaskQueue("Pending"), TaskSlots: 4, Runner: runner})
+		w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Pending", TaskQueue: tenancy.Tenant("test", "Pending").TaskQueue(), TaskSlots: 4, Runner: runner})
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
 		}
 		return w.Stop
 	}
-	s := client.New(c, "Pending", "")
+	s := client.New(c, testAgent("Pending"))
 	// wait is the caller's wait for an answer: past the time a session's
 	// task may wait for the worker that ran it last.
 	const wait = 15 * time.Second
@@ -432,8 +433,8 @@ func TestARequestSentWhileNoWorkerRunsWaitsAndARetryLearnsItsOutcome(t *testing.
 	pending := waiting("Start", func(ctx context.Context) (bool, error) {
 		return s.Start(ctx, "s1", "refund please", client.WithRequestID("start-1"))
 	})
-	if pending.RequestID != "start-1" || pending.TaskQueue != "stepwise/Pending" ||
-		!strings.Contains(pending.Error(), "no worker polls task queue stepwise/Pending") ||
+	if pending.RequestID != "start-1" || pending.TaskQueue != "stepwise/test/Pending" ||
+		!strings.Contains(pending.Error(), "no worker polls task queue stepwise/test/Pending") ||
 		!strings.Contains(pending.Error(), "send it again with request ID start-1") {
 		t.Errorf("the pending start says %q (request %q, task queue %q)", pending.Error(), pending.RequestID, pending.TaskQueue)
 	}
@@ -485,7 +486,7 @@ func TestARequestSentWhileNoWorkerRunsWaitsAndARetryLearnsItsOutcome(t *testing.
 // TestABadRequestIDIsRefusedBeforeAnythingIsSent needs no engine: a blank
 // request ID is refused by name.
 func TestABadRequestIDIsRefusedBeforeAnythingIsSent(t *testing.T) {
-	s := client.New(nil, "F", "")
+	s := client.New(nil, testAgent("F"))
 	for _, id := range []string{" ", strings.Repeat("x", 201)} {
 		if ok, err := s.Approve(context.Background(), "s1", "r1", client.WithRequestID(id)); ok || err == nil ||
 			!strings.Contains(err.Error(), "a request ID must not be blank and must be at most 200 bytes") {
@@ -507,13 +508,13 @@ func TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Again", TaskQueue: client.TaskQueue("Again"), TaskSlots: 4, Runner: runner,
+	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Again", TaskQueue: tenancy.Tenant("test", "Again").TaskQueue(), TaskSlots: 4, Runner: runner,
 		HistoryBudget: engine.HistoryBudget{Events: 40, Bytes: 1 << 20}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	s := client.New(c, "Again", "")
+	s := client.New(c, testAgent("Again"))
 	ctx := context.Background()
 	turnDone := func(turns int) {
 		t.Helper()
@@ -523,7 +524,7 @@ func TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest(t *testi
 		})
 	}
 	runID := func() string {
-		d, err := c.DescribeWorkflow(ctx, "s1", "")
+		d, err := c.DescribeWorkflow(ctx, s.WorkflowIDOf("s1"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -582,11 +583,27 @@ func TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest(t *testi
 	}
 }
 
-// TestStartRefusesTheSpendCounterID keeps sessions off the workflow IDs of
-// the spend counters, without a call to the engine.
-func TestStartRefusesTheSpendCounterID(t *testing.T) {
-	ok, err := client.New(nil, "F", "").Start(context.Background(), "stepwise-spend-counter/F", "hello")
-	if ok || err == nil || !strings.Contains(err.Error(), "are the engine's own") {
-		t.Fatalf("Start = %v, %v", ok, err)
+// TestRequestsRefuseWhatIsNoSessionID keeps every request to the session
+// IDs a session may have: none holds a "/", so none is another Agent's
+// workflow ID or a spend counter's, and nothing is sent to the engine.
+func TestRequestsRefuseWhatIsNoSessionID(t *testing.T) {
+	s := client.New(nil, testAgent("F"))
+	for _, id := range []string{"stepwise-spend-counter/F", "team-b/F/s1", "", "-s", "a b"} {
+		ok, err := s.Start(context.Background(), id, "hello")
+		if ok || !errors.Is(err, client.ErrInvalidSessionID) {
+			t.Errorf("Start(%q) = %v, %v; want ErrInvalidSessionID", id, ok, err)
+		}
+		if _, err := s.Snapshot(context.Background(), id); !errors.Is(err, client.ErrInvalidSessionID) {
+			t.Errorf("Snapshot(%q) = %v; want ErrInvalidSessionID", id, err)
+		}
+		if ok, err := s.Approve(context.Background(), id, "i1"); ok || !errors.Is(err, client.ErrInvalidSessionID) {
+			t.Errorf("Approve(%q) = %v, %v; want ErrInvalidSessionID", id, ok, err)
+		}
 	}
+}
+
+// testAgent is an Agent of the tests' namespace, whose workers poll its
+// own task queue.
+func testAgent(flowType string) client.Agent {
+	return client.Agent{Namespace: "test", Name: strings.ToLower(flowType), UID: "uid-" + flowType, FlowType: flowType}
 }

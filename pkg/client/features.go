@@ -66,21 +66,23 @@ func (e *FeatureError) Is(target error) bool { return target == ErrFeatureNotInE
 // then tells what is wrong.
 func (s *Sessions) requireFeature(ctx context.Context, request string, feature rollout.Feature) error {
 	now := time.Now()
-	for _, kind := range []enumspb.TaskQueueType{enumspb.TASK_QUEUE_TYPE_WORKFLOW, enumspb.TASK_QUEUE_TYPE_ACTIVITY} {
-		resp, err := s.c.DescribeTaskQueue(ctx, s.taskQueue, kind)
-		if err != nil {
-			return nil
-		}
-		pollers := resp.GetPollers()
-		slices.SortFunc(pollers, func(a, b *taskqueuepb.PollerInfo) int { return strings.Compare(a.GetIdentity(), b.GetIdentity()) })
-		for _, p := range pollers {
-			if now.Sub(p.GetLastAccessTime().AsTime()) >= s.recentPoll {
-				continue
+	for _, taskQueue := range s.taskQueues() {
+		for _, kind := range []enumspb.TaskQueueType{enumspb.TASK_QUEUE_TYPE_WORKFLOW, enumspb.TASK_QUEUE_TYPE_ACTIVITY} {
+			resp, err := s.c.DescribeTaskQueue(ctx, taskQueue, kind)
+			if err != nil {
+				return nil
 			}
-			v, ok := rollout.EngineVersionOfIdentity(p.GetIdentity())
-			if ok && !rollout.Serves(v, feature) {
-				return &FeatureError{Request: request, Feature: string(feature), EngineVersion: v, Worker: p.GetIdentity(),
-					Since: rollout.Since(feature), TaskQueue: s.taskQueue}
+			pollers := resp.GetPollers()
+			slices.SortFunc(pollers, func(a, b *taskqueuepb.PollerInfo) int { return strings.Compare(a.GetIdentity(), b.GetIdentity()) })
+			for _, p := range pollers {
+				if now.Sub(p.GetLastAccessTime().AsTime()) >= s.recentPoll {
+					continue
+				}
+				v, ok := rollout.EngineVersionOfIdentity(p.GetIdentity())
+				if ok && !rollout.Serves(v, feature) {
+					return &FeatureError{Request: request, Feature: string(feature), EngineVersion: v, Worker: p.GetIdentity(),
+						Since: rollout.Since(feature), TaskQueue: taskQueue}
+				}
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
@@ -33,13 +34,13 @@ func TestAGatedFeatureIsRefusedWhileAWorkerOfAnOlderEngineVersionPolls(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	current := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Gated", TaskQueue: client.TaskQueue("Gated"), TaskSlots: 4, Runner: runner,
+	current := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Gated", TaskQueue: tenancy.Tenant("test", "Gated").TaskQueue(), TaskSlots: 4, Runner: runner,
 		Options: sdkworker.Options{Identity: rollout.WorkerIdentity(1, "gated-new", version.EngineVersion)}})
 	if err := current.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer current.Stop()
-	s := client.New(c, "Gated", "")
+	s := client.New(c, testAgent("Gated"))
 	client.SetRecentPoll(s, 5*time.Second)
 	ctx := context.Background()
 	if ok, err := s.Start(ctx, "g1", "hello"); !ok || err != nil {
@@ -52,7 +53,7 @@ func TestAGatedFeatureIsRefusedWhileAWorkerOfAnOlderEngineVersionPolls(t *testin
 
 	// A worker of engine 0.1.0 joins the task queue. It polls only for
 	// activities, so it never takes the session's own tasks.
-	old := sdkworker.New(c, client.TaskQueue("Gated"), sdkworker.Options{Identity: rollout.WorkerIdentity(2, "gated-old", "0.1.0")})
+	old := sdkworker.New(c, tenancy.Tenant("test", "Gated").TaskQueue(), sdkworker.Options{Identity: rollout.WorkerIdentity(2, "gated-old", "0.1.0")})
 	old.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "Unused"})
 	if err := old.Start(); err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ var testImage = client.ImageReference{Type: "image", URI: "s3://media/sha256/" +
 // A Send whose references could never be stored is refused before it is
 // sent, with ErrInvalidImage naming what is wrong.
 func TestSendRefusesInvalidImageReferences(t *testing.T) {
-	s := client.New(nil, "Unsent", "")
+	s := client.New(nil, testAgent("Unsent"))
 	bad := testImage
 	bad.MIMEType = "image/svg+xml"
 	many := make([]client.ImageReference, 21)

@@ -94,7 +94,7 @@ func (s *Sessions) failed(ctx context.Context, name, sessionID, requestID string
 	if !waitEnded(ctx, err) {
 		return fmt.Errorf("%s on session %s: %w", name, sessionID, err)
 	}
-	pending := &PendingError{Request: name, SessionID: sessionID, RequestID: requestID, TaskQueue: s.taskQueue, Err: err}
+	pending := &PendingError{Request: name, SessionID: sessionID, RequestID: requestID, TaskQueue: s.sessionQueue(sessionID), Err: err}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		pending.Err = ctxErr
 	}
@@ -102,7 +102,7 @@ func (s *Sessions) failed(ctx context.Context, name, sessionID, requestID string
 	// short one.
 	lookCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
 	defer cancel()
-	pending.why = s.noWorker(lookCtx, sessionID)
+	pending.why = s.noWorker(lookCtx, sessionID, pending.TaskQueue)
 	pending.NoWorker = pending.why != ""
 	return pending
 }
@@ -122,12 +122,16 @@ func waitEnded(ctx context.Context, err error) bool {
 // not known: no worker polled its task queue recently, or its task waited
 // untaken for untakenFor on its first attempt (a task that failed on a
 // worker and waits to be retried is not waiting for a worker).
-func (s *Sessions) noWorker(ctx context.Context, sessionID string) string {
-	resp, err := s.c.DescribeTaskQueue(ctx, s.taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+func (s *Sessions) noWorker(ctx context.Context, sessionID, taskQueue string) string {
+	resp, err := s.c.DescribeTaskQueue(ctx, taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
 	if err == nil && !pollsRecently(resp.GetPollers(), time.Now(), s.recentPoll) {
-		return "no worker polls task queue " + s.taskQueue
+		return "no worker polls task queue " + taskQueue
 	}
-	desc, err := s.c.DescribeWorkflow(ctx, sessionID, "")
+	workflowID, err := s.workflowID(ctx, sessionID)
+	if err != nil {
+		return ""
+	}
+	desc, err := s.c.DescribeWorkflow(ctx, workflowID, "")
 	if err != nil {
 		return ""
 	}
@@ -142,9 +146,21 @@ func (s *Sessions) noWorker(ctx context.Context, sessionID string) string {
 		scheduled = original
 	}
 	if waited := time.Since(scheduled.AsTime()); waited >= untakenFor {
-		return fmt.Sprintf("no worker took the session's task from task queue %s in %s", s.taskQueue, waited.Round(time.Second))
+		return fmt.Sprintf("no worker took the session's task from task queue %s in %s", taskQueue, waited.Round(time.Second))
 	}
 	return ""
+}
+
+// sessionQueue is the task queue a session runs on, as found, or the one
+// new sessions start on.
+func (s *Sessions) sessionQueue(sessionID string) string {
+	s.resolved.mu.Lock()
+	ref, ok := s.resolved.found[sessionID]
+	s.resolved.mu.Unlock()
+	if ok {
+		return ref.taskQueue
+	}
+	return s.startNames().TaskQueue()
 }
 
 // pollsRecently reports whether a poller polled within recent of now.

@@ -2,11 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 
 	"go.temporal.io/sdk/client"
 
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/spend"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -17,7 +19,7 @@ func spendLimits(cfg workerconfig.Config, c client.Client, t engine.Timings, own
 	var all chainedSpendLimits
 	if l := cfg.SpendLimit; l != nil {
 		budget := &engine.Budget{
-			Client: c, FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue,
+			Client: c, Names: names(cfg),
 			Limits: spend.Limits{
 				Window:        l.Window.Duration,
 				Agent:         spend.Amount{Tokens: l.AgentTokens, MicroCost: l.AgentMicroCost},
@@ -74,4 +76,30 @@ func (l chainedSpendLimits) Record(ctx context.Context, call agent.SpendCall, us
 		}
 	}
 	return first
+}
+
+// checkNames refuses task queues that are not the Agent's: its own, or,
+// for workers of engine 0.7.0 and earlier, the shared one of its Flow type;
+// and a shared task queue to move sessions from that is not the shared one
+// or comes with no own task queue to move them to.
+func checkNames(cfg workerconfig.Config) error {
+	own, shared := tenancy.Tenant(cfg.Agent.Namespace, cfg.FlowType), tenancy.Shared(cfg.FlowType)
+	switch q := cfg.Engine.TaskQueue; {
+	case q != own.TaskQueue() && q != shared.TaskQueue():
+		return fmt.Errorf("engine.taskQueue %q is not the Agent's: %s, or %s for workers of engine 0.7.0 and earlier", q, own.TaskQueue(), shared.TaskQueue())
+	case cfg.Engine.SharedTaskQueue == "":
+	case cfg.Engine.SharedTaskQueue != shared.TaskQueue() || q != own.TaskQueue():
+		return fmt.Errorf("engine.sharedTaskQueue %q: sessions move from %s to %s only", cfg.Engine.SharedTaskQueue, shared.TaskQueue(), own.TaskQueue())
+	}
+	return nil
+}
+
+// names are the Agent's names on the engine, as its task queue shows: the
+// operator renders the shared task queue only for workers of an engine
+// version that knows no other names.
+func names(cfg workerconfig.Config) tenancy.Names {
+	if shared := tenancy.Shared(cfg.FlowType); cfg.Engine.TaskQueue == shared.TaskQueue() {
+		return shared
+	}
+	return tenancy.Tenant(cfg.Agent.Namespace, cfg.FlowType)
 }

@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,8 +48,10 @@ import (
 	"github.com/stepwise-run/stepwise/internal/model/messages"
 	"github.com/stepwise-run/stepwise/internal/model/responses"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/searchattr"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/telemetry"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -306,6 +309,9 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	if logger == nil {
 		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
+	if err := checkNames(cfg); err != nil {
+		return err
+	}
 	store, err := mediaStore(ctx, cfg.MediaStore)
 	if err != nil {
 		return err
@@ -338,11 +344,11 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 		return err
 	}
 	defer c.Close()
-	// A session whose search attribute the namespace does not know cannot
-	// make progress, so a worker that cannot make sure of it does not start.
-	if err := engine.EnsureSearchAttribute(ctx, c, cfg.Engine.Namespace); err != nil {
-		return fmt.Errorf("%w; register it once with: temporal operator search-attribute create --namespace %s --name %s --type KeywordList",
-			err, cfg.Engine.Namespace, engine.ActiveStepsAttribute)
+	// A session whose search attributes the namespace does not know cannot
+	// make progress, so a worker that cannot make sure of them does not
+	// start.
+	if err := searchattr.Ensure(ctx, c, cfg.Engine.Namespace); err != nil {
+		return fmt.Errorf("%w; register them once with: %s", err, searchattr.Command(cfg.Engine.Namespace))
 	}
 
 	capacity := cfg.Definition.Limits.EventStreamCapacityBytes
@@ -392,14 +398,28 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	w := engine.NewWorker(c, engine.WorkerOptions{
+	workerOpts := engine.WorkerOptions{
 		Version:  workerVersion,
 		FlowType: cfg.FlowType, TaskQueue: cfg.Engine.TaskQueue, TaskSlots: int(cfg.TaskSlots),
 		Runner: runner, Events: sinks, Timings: stepTimings, Spend: spendLimit, PlanMode: def.PlanModeEnabled, ImageStoreURI: imageStoreURI,
 		Tracer: tracer,
 		Options: sdkworker.Options{WorkerStopTimeout: stopTimeout,
 			Identity: rollout.WorkerIdentity(os.Getpid(), host, version.EngineVersion)},
-	})
+	}
+	workers := []sdkworker.Worker{engine.NewWorker(c, workerOpts)}
+	if shared := cfg.Engine.SharedTaskQueue; shared != "" {
+		// The Agent's sessions from before engine 0.8.0 run here until
+		// they move to its own names, between turns. The worker takes
+		// them unversioned, so their Worker Deployment hands them over
+		// once its current version is unversioned, and no version of the
+		// Agent's own Worker Deployment ever polls the shared task queue.
+		moving := workerOpts
+		moving.TaskQueue, moving.Version = shared, nil
+		moving.MoveTo = &engine.OwnNames{TaskQueue: cfg.Engine.TaskQueue, Owner: tenancy.Owner{
+			Namespace: cfg.Agent.Namespace, Agent: cfg.Agent.Name, AgentUID: cfg.Agent.UID}}
+		workers = append(workers, engine.NewWorker(c, moving))
+	}
+	w := workerGroup(workers)
 
 	var ready atomic.Bool
 	server, listener, err := healthServer(cfg.HealthAddress, &ready)
@@ -450,6 +470,31 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	w.Stop()
 	logger.Info("stopped")
 	return nil
+}
+
+// workerGroup starts and stops several SDK workers of one process as one.
+type workerGroup []sdkworker.Worker
+
+func (g workerGroup) Start() error {
+	for i, w := range g {
+		if err := w.Start(); err != nil {
+			for _, started := range g[:i] {
+				started.Stop()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops them together, so each lets its running Steps finish within
+// the same stop timeout.
+func (g workerGroup) Stop() {
+	var wg sync.WaitGroup
+	for _, w := range g {
+		wg.Go(w.Stop)
+	}
+	wg.Wait()
 }
 
 // teeEvents writes each event to several sinks.

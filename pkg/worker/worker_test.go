@@ -32,6 +32,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/events"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
@@ -725,7 +726,7 @@ func TestRunServesSessionsUntilItsContextEnds(t *testing.T) {
 	cfg := demoConfig()
 	cfg.FlowType = "WorkerRunDemo"
 	cfg.Engine = workerconfig.Engine{
-		Address: server.FrontendHostPort(), Namespace: "default", TaskQueue: client.TaskQueue(cfg.FlowType),
+		Address: server.FrontendHostPort(), Namespace: "default", TaskQueue: tenancy.Tenant(cfg.Agent.Namespace, cfg.FlowType).TaskQueue(),
 	}
 	cfg.HealthAddress = freeAddress(t)
 	health := "http://" + cfg.HealthAddress
@@ -751,7 +752,7 @@ func TestRunServesSessionsUntilItsContextEnds(t *testing.T) {
 		return resp.StatusCode == http.StatusOK, nil
 	})
 
-	sessions := client.New(server.Client(), cfg.FlowType, "")
+	sessions := client.New(server.Client(), client.Agent{Namespace: cfg.Agent.Namespace, Name: cfg.Agent.Name, FlowType: cfg.FlowType})
 	if ok, err := sessions.Start(context.Background(), "run-s1", "hi"); !ok || err != nil {
 		t.Fatalf("Start() = %v, %v", ok, err)
 	}

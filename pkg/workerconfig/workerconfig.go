@@ -193,6 +193,8 @@ type EventHub struct {
 type AgentRef struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	// UID is the Agent's UID, which the sessions it starts record.
+	UID string `json:"uid,omitempty"`
 }
 
 // SecretEnv names the environment variable that carries a Secret value, and
@@ -215,11 +217,20 @@ func (s SecretEnv) Lookup() (string, error) {
 
 // Engine is the Temporal connection.
 type Engine struct {
-	Address   string     `json:"address"`
-	Namespace string     `json:"namespace"`
-	TaskQueue string     `json:"taskQueue"`
-	TLS       *TLS       `json:"tls,omitempty"`
-	APIKey    *SecretEnv `json:"apiKey,omitempty"`
+	Address   string `json:"address"`
+	Namespace string `json:"namespace"`
+	// TaskQueue is the task queue of the Agent's sessions:
+	// stepwise/<namespace>/<flowType> from engine 0.8.0 on, the shared
+	// stepwise/<flowType> before.
+	TaskQueue string `json:"taskQueue"`
+	// SharedTaskQueue, when set, is the shared task queue of the Agent's
+	// sessions from before engine 0.8.0, which the worker polls as well: a
+	// session it runs there moves to TaskQueue between turns, under the
+	// Agent's own names. It is unversioned, whatever the worker's
+	// version.
+	SharedTaskQueue string     `json:"sharedTaskQueue,omitempty"`
+	TLS             *TLS       `json:"tls,omitempty"`
+	APIKey          *SecretEnv `json:"apiKey,omitempty"`
 	// StepHeartbeatTimeout fails a Step attempt whose worker stopped
 	// heartbeating; zero keeps the default of two minutes. Shorter finds a
 	// dead worker sooner, at the cost of more heartbeats.

@@ -156,8 +156,8 @@ func supportDemo(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
-	snap, err := demo.Refund(ctx, testWriter{t}, engine.Client(), "default", s, demo.SessionID, "Please refund order 7", true)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
+	snap, err := demo.Refund(ctx, testWriter{t}, s, demo.SessionID, "Please refund order 7", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,8 +269,8 @@ func rotateSecret(t *testing.T) {
 	agent := waitAgent(t, "support", func(a *agentsv1.Agent) bool { return a.Status.ReadyReplicas == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
-	snap, err := demo.Refund(ctx, testWriter{t}, engine.Client(), "default", s, demo.SessionID, "Please refund order 8", false)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
+	snap, err := demo.Refund(ctx, testWriter{t}, s, demo.SessionID, "Please refund order 8", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ spec:
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
 	const id = "export-1"
 	if ok, err := s.Start(ctx, id, `call slow_export {"seconds":12}`); err != nil || !ok {
 		t.Fatalf("starting %s: %v %v", id, ok, err)
@@ -311,7 +311,7 @@ spec:
 	// The tool Step runs on one of the two pods: the engine tells which.
 	var runner string
 	waitFor(t, "the slow_export Step to start on a worker", func() (bool, error) {
-		desc, err := engine.Client().DescribeWorkflow(ctx, id, "")
+		desc, err := describeSession(ctx, s, id)
 		if err != nil {
 			return false, nil
 		}

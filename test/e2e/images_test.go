@@ -123,7 +123,7 @@ spec:
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
 	const id = "chart-1"
 	if ok, err := s.Start(ctx, id, ""); err != nil || !ok {
 		t.Fatalf("starting %s: %v %v", id, ok, err)

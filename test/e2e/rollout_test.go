@@ -15,6 +15,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
+	temporalclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -54,7 +56,7 @@ func stopOldFirstUnderLoad(t *testing.T) {
 		}
 	}
 	agent := waitAgent(t, agentName, func(a *agentsv1.Agent) bool { return a.Status.ReadyReplicas == 2 })
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
 	watcher := watchWorkers(t, agentName, agent.Status.TaskQueue)
 
 	ids := []string{"load-1", "load-2", "load-3"}
@@ -68,7 +70,7 @@ func stopOldFirstUnderLoad(t *testing.T) {
 		}
 		waitFor(t, "every session's slow_export to run on a worker", func() (bool, error) {
 			for _, id := range ids {
-				desc, err := engine.Client().DescribeWorkflow(ctx, id, "")
+				desc, err := describeSession(ctx, s, id)
 				if err != nil {
 					return false, nil
 				}
@@ -156,7 +158,7 @@ spec:
 	t.Cleanup(func() { kubectl(t, "delete", "agent", agentName, "--wait=false") })
 	agent := waitAgent(t, agentName, settledOn(previous))
 	before := agent.Status.WorkerVersions[0]
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
 	defer cancel()
 
@@ -165,12 +167,12 @@ spec:
 	load.waitTurns(t, 1) // every session has run a turn on the previous engine
 	firstRuns := map[string]string{}
 	for _, id := range ids {
-		desc, err := engine.Client().DescribeWorkflow(ctx, id, "")
+		desc, err := describeSession(ctx, s, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		firstRuns[id] = desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-		if got := sessionBuildID(ctx, id); got != before.BuildID {
+		if got := sessionBuildID(ctx, s, id); got != before.BuildID {
 			t.Fatalf("session %s runs on %q, want the previous engine's %s", id, got, before.BuildID)
 		}
 	}
@@ -193,9 +195,9 @@ spec:
 	})
 	load.waitTurns(t, 1) // and a turn since on the new one
 	for _, id := range ids {
-		waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return sessionBuildID(ctx, id) == want, nil })
+		waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return sessionBuildID(ctx, s, id) == want, nil })
 	}
-	deploymentName := render.WorkerDeploymentName(agent.Spec.FlowType)
+	deploymentName := tenancy.Tenant(agent.Namespace, agent.Spec.FlowType).WorkerDeployment()
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: render.VersionedWorkerName(agentName, before.BuildID)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the drained version's Deployment is still there (%v)", err)
 	}
@@ -209,11 +211,11 @@ spec:
 	// The runs themselves show which engine ran them: the workflow code
 	// revision each recorded when it began.
 	for _, id := range ids {
-		old, err := engineRevision(ctx, id, firstRuns[id])
+		old, err := engineRevision(ctx, s, id, firstRuns[id])
 		if err != nil {
 			t.Fatal(err)
 		}
-		now, err := engineRevision(ctx, id, "")
+		now, err := engineRevision(ctx, s, id, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,8 +228,12 @@ spec:
 
 // engineRevision is the workflow code revision a session's run recorded in
 // its version marker when it began.
-func engineRevision(ctx context.Context, id, runID string) (int, error) {
-	it := engine.Client().GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+func engineRevision(ctx context.Context, s *sessions.Sessions, id, runID string) (int, error) {
+	found, err := s.Describe(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	it := engine.Client().GetWorkflowHistory(ctx, found.WorkflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		event, err := it.Next()
 		if err != nil {
@@ -511,8 +517,8 @@ func versionedUpgradeUnderLoad(t *testing.T) {
 	}
 	agent := waitAgent(t, agentName, settled)
 	first := agent.Status.WorkerVersions[0]
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
-	deploymentName := render.WorkerDeploymentName(agent.Spec.FlowType)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
+	deploymentName := tenancy.Tenant(agent.Namespace, agent.Spec.FlowType).WorkerDeployment()
 	// The same worker under a second tag is a new image to the operator: a
 	// new build ID, so a new version.
 	fixed := image("e2e-worker") + "-fix"
@@ -552,7 +558,7 @@ func versionedUpgradeUnderLoad(t *testing.T) {
 		})
 		load.waitTurns(t, 1) // and a turn since on the new one
 		for _, id := range append(slices.Clone(idle), load.ids...) {
-			waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return sessionBuildID(ctx, id) == want, nil })
+			waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return sessionBuildID(ctx, s, id) == want, nil })
 		}
 		if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: render.VersionedWorkerName(agentName, before.BuildID)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("the drained version's Deployment is still there (%v)", err)
@@ -698,8 +704,8 @@ func sampleReasons(ctx context.Context, agent string) func() []string {
 
 // sessionBuildID is the build ID of the Worker Deployment version the
 // session's current run is pinned to, or "" when it is not pinned.
-func sessionBuildID(ctx context.Context, id string) string {
-	desc, err := engine.Client().DescribeWorkflow(ctx, id, "")
+func sessionBuildID(ctx context.Context, s *sessions.Sessions, id string) string {
+	desc, err := describeSession(ctx, s, id)
 	if err != nil {
 		return ""
 	}
@@ -746,7 +752,7 @@ func versionsOf(t *testing.T, name string) []string {
 func featureGateOnTheCluster(t *testing.T) {
 	const agentName = "exporter"
 	agent := waitAgent(t, agentName, func(a *agentsv1.Agent) bool { return a.Status.ReadyReplicas == 2 })
-	s := sessions.New(engine.Client(), agent.Spec.FlowType, agent.Status.TaskQueue)
+	s := sessions.New(engine.Client(), sessions.AgentOf(agent))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
 	defer cancel()
 	const session = "steady-1" // idle since the versioned rollout
@@ -792,4 +798,13 @@ func featureGateOnTheCluster(t *testing.T) {
 		t.Logf("the session answered the steer: %v", sent)
 		return true, err
 	})
+}
+
+// describeSession describes one of the Agent's sessions on the engine.
+func describeSession(ctx context.Context, s *sessions.Sessions, id string) (*temporalclient.WorkflowExecutionDescription, error) {
+	found, err := s.Describe(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Client().DescribeWorkflow(ctx, found.WorkflowID, "")
 }

@@ -88,24 +88,11 @@ The default engine's flags, shared by the operator and the gateway, which
 finds the engine of Agents without spec.engine the same way.
 */}}
 {{- define "stepwise.engineArgs" -}}
-{{- with .Values.engine }}
-{{- if .address }}
-- {{ printf "--default-engine-address=%s" .address | quote }}
-- {{ printf "--default-engine-namespace=%s" .namespace | quote }}
-{{- if .tls.enabled }}
-- --default-engine-tls
+- {{ printf "--operator-namespace=%s" .Release.Namespace | quote }}
+{{- with .Values.engine.name }}
+- {{ printf "--default-engine=%s" . | quote }}
 {{- end }}
-{{- with .tls.secret }}
-- {{ printf "--default-engine-tls-secret=%s" . | quote }}
-{{- end }}
-{{- with .tls.serverName }}
-- {{ printf "--default-engine-tls-server-name=%s" . | quote }}
-{{- end }}
-{{- with .apiKeySecret }}
-- {{ printf "--default-engine-api-key-secret=%s" . | quote }}
-{{- end }}
-{{- end }}
-{{- end }}
+- --allow-namespace-engines={{ .Values.tenancy.namespaceEngines }}
 {{- end }}
 
 {{/* The pod and container security settings every pod of the chart runs with. */}}
