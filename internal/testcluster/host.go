@@ -188,6 +188,7 @@ func iptablesSave(cmd string) (string, []string, error) {
 		case strings.HasPrefix(line, "*"):
 			tables = append(tables, line[1:])
 			section, empty = nil, true
+			continue // written again with the section at COMMIT
 		case strings.HasPrefix(line, ":"): // ":CHAIN POLICY [packets:bytes]"
 			fields := strings.Fields(line)
 			if len(fields) >= 2 && fields[1] != "ACCEPT" {
