@@ -569,8 +569,9 @@ type EngineSpec struct {
 	// Address is the host:port of the Temporal frontend: a host name, an
 	// IPv4 address or a bracketed IPv6 address, and a port. The port is
 	// required: without one the worker's gRPC client would dial 443, not
-	// Temporal's 7233. Flow type claims compare addresses case-insensitively,
-	// without a trailing dot and with the port as a number.
+	// Temporal's 7233. The addresses a credential's Secret names are
+	// compared with it case-insensitively, without a trailing dot and with
+	// the port as a number.
 	// +required
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=512

@@ -125,8 +125,9 @@ type EngineReference struct {
 
 // EngineAddressesAnnotation marks a Secret that an Agent's spec.engine
 // takes an API key or a client certificate from with the engine addresses
-// it may be presented to, separated by commas, compared as addresses are
-// for claims. Whoever writes the Secret chooses them: an Agent naming the
+// it may be presented to, separated by commas: host names compared in lower
+// case without a trailing dot, IP addresses in canonical form, ports as
+// numbers. Whoever writes the Secret chooses them: an Agent naming the
 // Secret and another address is not Ready, so the operator, the gateway
 // and the workers never send the credential where its owner did not say.
 const EngineAddressesAnnotation = "agents.stepwise.run/engine-addresses"

@@ -194,6 +194,14 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 		}
 	}
 	for _, buildID := range plan.DeleteVersions {
+		// The engine drains a version of its pinned sessions only: an idle
+		// session that follows the current version (one a stop-old-first
+		// rollout let go) stays on it until its next workflow task, which
+		// the move signal gives it, now that every task queue partition
+		// knows the current version.
+		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
+			problems = append(problems, err.Error())
+		}
 		if err := r.WorkerDeployments.DeleteVersion(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}

@@ -36,6 +36,15 @@ func TestSessionsMoveFromTheSharedNamesToTheirAgentsOwn(t *testing.T) {
 		t.Fatalf("Start(idle) = %v, %v", ok, err)
 	}
 	lastAnswer(t, earlier, "idle", 1)
+	// The Agent finds them while its workers keep the shared names, as its
+	// status then names the shared task queue as its own.
+	keeping := client.New(s.Client, client.Agent{Namespace: s.Config.Agent.Namespace, Name: s.Config.Agent.Name,
+		UID: s.Config.Agent.UID, FlowType: s.FlowType, TaskQueue: shared.TaskQueue()})
+	for _, id := range []string{"busy", "idle"} {
+		if found, err := keeping.Describe(ctx, id); err != nil || found.WorkflowID != id || found.TaskQueue != shared.TaskQueue() {
+			t.Fatalf("the Agent keeping the shared names: Describe(%s) = %+v, %v", id, found, err)
+		}
+	}
 	old.Kill()
 
 	s.Config.Engine.TaskQueue, s.Config.Engine.SharedTaskQueue = own.TaskQueue(), shared.TaskQueue()

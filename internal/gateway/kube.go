@@ -90,9 +90,16 @@ func (k *KubernetesAgents) Target(ctx context.Context, ref AgentRef) (Target, fu
 		return Target{}, nil, &httpError{status: http.StatusServiceUnavailable, reason: "not_ready",
 			message: fmt.Sprintf("Agent %s runs no workers on its engine yet", ref)}
 	}
+	// The Agent's workers hold the claim of the names its status gives:
+	// the shared names alone while they are of an engine that knows no
+	// other, its own and, while they serve them too, the shared names.
+	shared := tenancy.Shared(agent.Spec.FlowType)
 	claims := []flowclaim.Claim{{EngineID: resolved.EngineID, Names: tenancy.Tenant(agent.Namespace, agent.Spec.FlowType)}}
-	if agent.Status.SharedTaskQueue != "" {
-		claims = append(claims, flowclaim.Claim{EngineID: resolved.EngineID, Names: tenancy.Shared(agent.Spec.FlowType)})
+	switch {
+	case agent.Status.TaskQueue == shared.TaskQueue():
+		claims = []flowclaim.Claim{{EngineID: resolved.EngineID, Names: shared}}
+	case agent.Status.SharedTaskQueue != "":
+		claims = append(claims, flowclaim.Claim{EngineID: resolved.EngineID, Names: shared})
 	}
 	for _, claim := range claims {
 		holder, held, err := flowclaim.Holder(ctx, k.Reader, claim)

@@ -404,6 +404,28 @@ func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsNames(t *testing.T) {
 	if _, err := target("team-b", "support"); err == nil || !strings.Contains(err.Error(), "runs no workers yet") {
 		t.Fatalf("team-b's Agent: %v, want not served", err)
 	}
+	// An Agent whose workers, of engine 0.7.0, keep the shared names holds
+	// their claim, and is served on them.
+	legacy := &agentsv1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "legacy"},
+		Spec: agentsv1.AgentSpec{FlowType: "LegacyAgent", Model: agentsv1.ModelSpec{Provider: agentsv1.ModelProviderScripted, Name: "demo"}}}
+	must(t, k.admin.Create(ctx, legacy))
+	shared := tenancy.Shared("LegacyAgent")
+	legacy.Status.EngineID, legacy.Status.TaskQueue = id.NamespaceID, shared.TaskQueue()
+	must(t, k.admin.Status().Update(ctx, legacy))
+	legacyLabels := map[string]string{"app": "legacy", render.LabelFlowClaim: render.FlowClaim(id.NamespaceID, shared)}
+	must(t, k.admin.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "legacy-worker", Labels: legacyLabels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
+				Name: legacy.Name, UID: legacy.UID, Controller: &isController}}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: legacyLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: legacyLabels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "worker"}}}}},
+	}))
+	waitUntil(t, "the gateway's cache sees the shared names' workers", func() bool {
+		tg, err := target("team-b", "legacy")
+		return err == nil && tg.Agent.TaskQueue == shared.TaskQueue()
+	})
+
 	// A namespace the ClusterEngine does not select is not served.
 	newAgent("team-c", "support", true)
 	if _, err := target("team-c", "support"); err == nil || !strings.Contains(err.Error(), `does not let namespace "team-c" use it`) {

@@ -94,10 +94,13 @@ func (s *Sessions) owner() *tenancy.Owner {
 	return &tenancy.Owner{Namespace: s.agent.Namespace, Agent: s.agent.Name, AgentUID: s.agent.UID}
 }
 
-// sharedQueue is the shared task queue the Agent still serves, or "".
+// sharedQueue is the shared task queue the Agent still serves, or "": its
+// status names it as the shared task queue, or as the task queue itself
+// while its workers, of engine 0.7.0 or earlier, know no other.
 func (s *Sessions) sharedQueue() string {
-	if s.agent.Namespace == "" {
-		return tenancy.Shared(s.agent.FlowType).TaskQueue()
+	shared := tenancy.Shared(s.agent.FlowType).TaskQueue()
+	if s.agent.Namespace == "" || s.agent.TaskQueue == shared {
+		return shared
 	}
 	return s.agent.SharedTaskQueue
 }
