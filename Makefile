@@ -56,13 +56,15 @@ VERSION    ?= 0.4.0
 REGISTRY   ?= ghcr.io/stepwise-run
 IMAGES_DIR ?= $(BIN)/images
 
-# The end-to-end suite upgrades workers across an engine version change,
-# from the worker of the last commit of the previous engine version, which it
-# builds from the repository's history.
-PREVIOUS_ENGINE_VERSION := 0.6.0
-PREVIOUS_ENGINE_COMMIT  := e686a89141c946582d6ccd67a702b56da31db190
-PREVIOUS_ENGINE_DIR     := $(BIN)/previous-engine-$(PREVIOUS_ENGINE_VERSION)-$(shell echo $(PREVIOUS_ENGINE_COMMIT) | cut -c1-12)
-PREVIOUS_ENGINE_IMAGE   := $(REGISTRY)/e2e-worker:engine-$(PREVIOUS_ENGINE_VERSION)
+# The end-to-end suite upgrades an installation of the previous release, the
+# last commit of the previous engine version, to this build, and workers
+# across that engine version change. It builds that release's operator,
+# gateway and worker images, tagged engine-<version>, and keeps its chart,
+# from the repository's history.
+PREVIOUS_ENGINE_VERSION := 0.7.0
+PREVIOUS_ENGINE_COMMIT  := 49414675d911080c8e171a22229b3c76b1170ef2
+PREVIOUS_ENGINE_DIR     := $(BIN)/previous-release-$(PREVIOUS_ENGINE_VERSION)-$(shell echo $(PREVIOUS_ENGINE_COMMIT) | cut -c1-12)
+PREVIOUS_ENGINE_TAG     := engine-$(PREVIOUS_ENGINE_VERSION)
 
 .DEFAULT_GOAL := help
 SHELL := /usr/bin/env bash -o pipefail
@@ -217,28 +219,29 @@ cluster-down: ## Stop the cluster make cluster started and restore what it chang
 	go run ./hack/cluster down --dir $(CLUSTER_DIR)
 
 .PHONY: e2e
-e2e: cluster-tools images previous-engine-image $(HELM) temporal versitygw browser-driver ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods, the web page in Chromium.
+e2e: cluster-tools images previous-release $(HELM) temporal versitygw browser-driver ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods, the web page in Chromium.
 	STEPWISE_E2E_KUBE_BIN=$(KUBE_DIR) STEPWISE_E2E_ETCD=$(ETCD_DIR)/etcd STEPWISE_E2E_IMAGES=$(BIN)/images \
-	STEPWISE_E2E_PREVIOUS_ENGINE_ARCHIVE=$(PREVIOUS_ENGINE_DIR)/e2e-worker.tar STEPWISE_E2E_PREVIOUS_ENGINE_IMAGE=$(PREVIOUS_ENGINE_IMAGE) \
+	STEPWISE_E2E_PREVIOUS_RELEASE=$(PREVIOUS_ENGINE_DIR)/release STEPWISE_E2E_PREVIOUS_TAG=$(PREVIOUS_ENGINE_TAG) \
 	STEPWISE_E2E_PREVIOUS_ENGINE_VERSION=$(PREVIOUS_ENGINE_VERSION) \
 	STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION) STEPWISE_HELM=$(HELM) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
 	STEPWISE_VERSITYGW=$(VERSITYGW) \
 	STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) \
 		go test -count=1 -v -timeout 40m ./test/e2e/
 
-.PHONY: previous-engine-image
-previous-engine-image: $(PREVIOUS_ENGINE_DIR)/e2e-worker.tar ## Build the end-to-end worker of the previous engine version from its commit into bin/.
+.PHONY: previous-release
+previous-release: $(PREVIOUS_ENGINE_DIR)/built ## Build the operator, gateway and end-to-end worker images and keep the chart of the previous engine version's last commit, into bin/.
 
-$(PREVIOUS_ENGINE_DIR)/e2e-worker.tar:
+$(PREVIOUS_ENGINE_DIR)/built:
 	@git cat-file -e $(PREVIOUS_ENGINE_COMMIT)^{commit} 2>/dev/null || \
 		{ echo "commit $(PREVIOUS_ENGINE_COMMIT), engine $(PREVIOUS_ENGINE_VERSION), is not in this clone: fetch the full history"; exit 1; }
-	rm -rf $(PREVIOUS_ENGINE_DIR) && mkdir -p $(PREVIOUS_ENGINE_DIR)/src
+	rm -rf $(PREVIOUS_ENGINE_DIR) && mkdir -p $(PREVIOUS_ENGINE_DIR)/src $(PREVIOUS_ENGINE_DIR)/release
 	git archive $(PREVIOUS_ENGINE_COMMIT) | tar -x -C $(PREVIOUS_ENGINE_DIR)/src
 	cd $(PREVIOUS_ENGINE_DIR)/src && SOURCE_DATE_EPOCH=$$(git -C $(CURDIR) show -s --format=%ct $(PREVIOUS_ENGINE_COMMIT)) GOFLAGS=-buildvcs=false \
-		go run ./hack/images --version engine-$(PREVIOUS_ENGINE_VERSION) --registry $(REGISTRY) --revision $(PREVIOUS_ENGINE_COMMIT) --out $(PREVIOUS_ENGINE_DIR)/images
-	mv $(PREVIOUS_ENGINE_DIR)/images/e2e-worker.tar $@.tmp
+		go run ./hack/images --version $(PREVIOUS_ENGINE_TAG) --registry $(REGISTRY) --revision $(PREVIOUS_ENGINE_COMMIT) --out $(PREVIOUS_ENGINE_DIR)/images
+	mv $(PREVIOUS_ENGINE_DIR)/images/operator.tar $(PREVIOUS_ENGINE_DIR)/images/gateway.tar $(PREVIOUS_ENGINE_DIR)/images/e2e-worker.tar $(PREVIOUS_ENGINE_DIR)/release/
+	mv $(PREVIOUS_ENGINE_DIR)/src/charts/stepwise $(PREVIOUS_ENGINE_DIR)/release/chart
 	rm -rf $(PREVIOUS_ENGINE_DIR)/src $(PREVIOUS_ENGINE_DIR)/images
-	mv $@.tmp $@
+	touch $@
 
 ##@ Tools
 

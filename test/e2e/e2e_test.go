@@ -34,14 +34,16 @@ const (
 )
 
 // TestOperatorOnRealPods walks what a platform team does, in order: install
-// the chart, apply the samples, run a session, scale, change task slots,
-// rotate a Secret, and lose a pod during a tool call.
+// the previous release and upgrade it to this one, apply the samples, run a
+// session, scale, change task slots, rotate a Secret, lose a pod during a
+// tool call, roll workers, and keep two teams apart on one engine.
 func TestOperatorOnRealPods(t *testing.T) {
 	steps := []struct {
 		name string
 		run  func(t *testing.T)
 	}{
-		{"the chart installs the operator from its image", installChart},
+		{"the previous release installs and leaves sessions mid-turn and waiting for approval", installPreviousRelease},
+		{"the chart upgrades to this build and every session moves to its Agent's own names, none lost, no export repeated", upgradeFromPreviousRelease},
 		{"the samples' support workers become Ready and run the demo session", supportDemo},
 		{"the gateway runs a session of the worker pods for a user with the verbs, streams its events, and refuses a user without", gatewayOnPods},
 		{"kubectl scale moves running pods", scaleAgent},
@@ -55,50 +57,11 @@ func TestOperatorOnRealPods(t *testing.T) {
 		{"a session feature is refused while a worker of an engine without it polls, and allowed once it stops", featureGateOnTheCluster},
 		{"an upgrade across an incompatible engine version moves each session at its next turn while sessions keep answering", upgradeAcrossEngineVersions},
 		{"an Agent with an S3 MediaStore shows the model a PNG from the CLI and an MCP tool's image", imagesOnTheCluster},
+		{"two namespaces on one Temporal namespace never reach each other's sessions, workers or credentials", tenantsApart},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
 			t.Fatalf("stopping after %q failed", s.name)
-		}
-	}
-}
-
-func installChart(t *testing.T) {
-	registry := cfg.registry
-	helm(t, "install", "stepwise", "../../charts/stepwise", "--namespace", operatorNamespace, "--create-namespace",
-		"--set", "image.registry="+registry, "--set", "image.tag="+cfg.version,
-		"--set", "engine.address="+engineForPods,
-		// Above the engine's ten-second long poll in this suite.
-		"--set", "rollout.pollerQuietPeriod="+pollerQuietPeriod.String(),
-		"--set", "gateway.replicas=1",
-		"--wait", "--timeout", wait.String())
-	key := hubKey(t)
-
-	// This cluster has no DNS: workers and gateways reach the hub at its
-	// pod's address. The upgrade keeps the key the install made.
-	hubIP := readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=event-hub")
-	helm(t, "upgrade", "stepwise", "../../charts/stepwise", "--namespace", operatorNamespace, "--reuse-values",
-		"--set", "eventHub.url=http://"+hubIP+":8090", "--wait", "--timeout", wait.String())
-	if hubKey(t) != key {
-		t.Fatal("helm upgrade made a new event hub key; it must keep the one the install made")
-	}
-
-	wantImages := map[string]string{
-		"stepwise": image("operator"), "stepwise-gateway": image("gateway"), "stepwise-event-hub": image("gateway"),
-	}
-	var deploy appsv1.DeploymentList
-	if err := kube.List(context.Background(), &deploy, client.InNamespace(operatorNamespace)); err != nil {
-		t.Fatal(err)
-	}
-	if len(deploy.Items) != len(wantImages) {
-		t.Fatalf("the chart installed %d Deployments, want the operator's, the gateway's and the event hub's", len(deploy.Items))
-	}
-	for _, d := range deploy.Items {
-		if got := d.Spec.Template.Spec.Containers[0].Image; got != wantImages[d.Name] {
-			t.Fatalf("Deployment %s runs %s, want %s", d.Name, got, wantImages[d.Name])
-		}
-		if d.Status.AvailableReplicas < 1 {
-			t.Fatalf("Deployment %s has %d available replicas after helm --wait", d.Name, d.Status.AvailableReplicas)
 		}
 	}
 }
@@ -471,9 +434,14 @@ func apply(t *testing.T, manifest string) {
 
 func waitAgent(t *testing.T, name string, cond func(*agentsv1.Agent) bool) *agentsv1.Agent {
 	t.Helper()
+	return waitAgentIn(t, "default", name, cond)
+}
+
+func waitAgentIn(t *testing.T, namespace, name string, cond func(*agentsv1.Agent) bool) *agentsv1.Agent {
+	t.Helper()
 	var a agentsv1.Agent
-	waitFor(t, "Agent "+name, func() (bool, error) {
-		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &a); err != nil {
+	waitFor(t, "Agent "+namespace+"/"+name, func() (bool, error) {
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &a); err != nil {
 			return false, err
 		}
 		return a.Status.ObservedGeneration == a.Generation && cond(&a), nil

@@ -18,9 +18,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/stepwise-run/stepwise/internal/browsertest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
@@ -325,15 +323,11 @@ func pluginAndApplicationTokens(t *testing.T, base, operator, reader, interrupt 
 	}
 }
 
-// serviceAccountToken asks the API server for a short-lived token.
+// serviceAccountToken asks the API server for a short-lived token of a
+// service account of namespace default.
 func serviceAccountToken(t *testing.T, name string) string {
 	t.Helper()
-	tr, err := core.CoreV1().ServiceAccounts("default").CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
+	return tokenIn(t, "default", name)
 }
 
 // gatewayCall sends one request and decodes the JSON answer into out.

@@ -140,7 +140,7 @@ spec:
 	if err := os.WriteFile(file, png, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(cli, "--address", engine.FrontendHostPort(), "--flow-type", agent.Spec.FlowType, "--task-queue", agent.Status.TaskQueue,
+	cmd := exec.Command(cli, "--address", engine.FrontendHostPort(), "--agent", agent.Namespace+"/"+agent.Name, "--flow-type", agent.Spec.FlowType, "--task-queue", agent.Status.TaskQueue,
 		"--media-store", store.Status.StoreURI, "--s3-endpoint", gw.Endpoint, "--s3-region", "us-east-1", "--s3-path-style",
 		"--image", file, "send", id, "What is in this chart?")
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+gw.AccessKeyID, "AWS_SECRET_ACCESS_KEY="+gw.SecretAccessKey, "AWS_EC2_METADATA_DISABLED=true")

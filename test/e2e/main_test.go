@@ -30,9 +30,11 @@ import (
 type env struct {
 	kubeBin, etcd, images, helm, temporal string
 	registry, version                     string
-	// previousEngine is the worker image of the last commit of the engine
-	// version before this build's, its archive and its engine version.
-	previousEngine, previousEngineArchive, previousEngineVersion string
+	// previousRelease is the directory of the release of the last commit
+	// of the engine version before this build's: the image archives of its
+	// operator, gateway and worker, tagged previousTag, and its chart
+	// under chart/. previousEngineVersion is that engine version.
+	previousRelease, previousTag, previousEngineVersion string
 }
 
 // The suite's shared parts, set up once by TestMain.
@@ -56,12 +58,12 @@ func TestMain(m *testing.M) {
 		registry: os.Getenv("STEPWISE_E2E_REGISTRY"),
 		version:  os.Getenv("STEPWISE_E2E_VERSION"),
 
-		previousEngine:        os.Getenv("STEPWISE_E2E_PREVIOUS_ENGINE_IMAGE"),
-		previousEngineArchive: os.Getenv("STEPWISE_E2E_PREVIOUS_ENGINE_ARCHIVE"),
+		previousRelease:       os.Getenv("STEPWISE_E2E_PREVIOUS_RELEASE"),
+		previousTag:           os.Getenv("STEPWISE_E2E_PREVIOUS_TAG"),
 		previousEngineVersion: os.Getenv("STEPWISE_E2E_PREVIOUS_ENGINE_VERSION"),
 	}
 	if cfg.kubeBin == "" || cfg.etcd == "" || cfg.images == "" || cfg.helm == "" || cfg.temporal == "" || cfg.registry == "" || cfg.version == "" ||
-		cfg.previousEngine == "" || cfg.previousEngineArchive == "" || cfg.previousEngineVersion == "" {
+		cfg.previousRelease == "" || cfg.previousTag == "" || cfg.previousEngineVersion == "" {
 		fmt.Fprintln(os.Stdout, "skipping the end-to-end suite: run it with make e2e, which builds the cluster's binaries, the images and Helm")
 		os.Exit(0)
 	}
@@ -82,7 +84,12 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stdout, "no image archives in %s: %v\n", cfg.images, err)
 		return 1
 	}
-	archives = append(archives, cfg.previousEngineArchive)
+	previous, err := filepath.Glob(filepath.Join(cfg.previousRelease, "*.tar"))
+	if err != nil || len(previous) == 0 {
+		fmt.Fprintf(os.Stdout, "no image archives of the previous release in %s: %v\n", cfg.previousRelease, err)
+		return 1
+	}
+	archives = append(archives, previous...)
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stdout, "e2e: "+format+"\n", args...) }
 	cluster, err = testcluster.Start(ctx, testcluster.Options{
 		Dir: dir, KubeBin: cfg.kubeBin, Etcd: cfg.etcd, Images: archives,
@@ -163,6 +170,9 @@ func run(m *testing.M) int {
 
 // image is the reference the images were built and imported under.
 func image(name string) string { return cfg.registry + "/" + name + ":" + cfg.version }
+
+// previousImage is the reference of an image of the previous release.
+func previousImage(name string) string { return cfg.registry + "/" + name + ":" + cfg.previousTag }
 
 // kubectl runs kubectl as the administrator and returns its output.
 func kubectl(t testing.TB, args ...string) string {

@@ -154,7 +154,7 @@ spec:
 				meta.IsStatusConditionFalse(a.Status.Conditions, agentsv1.ConditionProgressing)
 		}
 	}
-	apply(t, manifest(cfg.previousEngine, previous))
+	apply(t, manifest(previousImage("e2e-worker"), previous))
 	t.Cleanup(func() { kubectl(t, "delete", "agent", agentName, "--wait=false") })
 	agent := waitAgent(t, agentName, settledOn(previous))
 	before := agent.Status.WorkerVersions[0]
@@ -195,7 +195,7 @@ spec:
 	})
 	load.waitTurns(t, 1) // and a turn since on the new one
 	for _, id := range ids {
-		waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return sessionBuildID(ctx, s, id) == want, nil })
+		waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return runsOn(ctx, s, id, want) })
 	}
 	deploymentName := tenancy.Tenant(agent.Namespace, agent.Spec.FlowType).WorkerDeployment()
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: render.VersionedWorkerName(agentName, before.BuildID)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
@@ -558,7 +558,7 @@ func versionedUpgradeUnderLoad(t *testing.T) {
 		})
 		load.waitTurns(t, 1) // and a turn since on the new one
 		for _, id := range append(slices.Clone(idle), load.ids...) {
-			waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return sessionBuildID(ctx, s, id) == want, nil })
+			waitFor(t, "session "+id+" to run on "+want, func() (bool, error) { return runsOn(ctx, s, id, want) })
 		}
 		if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: render.VersionedWorkerName(agentName, before.BuildID)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("the drained version's Deployment is still there (%v)", err)
@@ -710,6 +710,20 @@ func sessionBuildID(ctx context.Context, s *sessions.Sessions, id string) string
 		return ""
 	}
 	return desc.RawResponse.GetWorkflowExecutionInfo().GetVersioningInfo().GetDeploymentVersion().GetBuildId()
+}
+
+// runsOn says whether a session runs on a version, and otherwise, what the
+// engine says of its versioning.
+func runsOn(ctx context.Context, s *sessions.Sessions, id, buildID string) (bool, error) {
+	desc, err := describeSession(ctx, s, id)
+	if err != nil {
+		return false, err
+	}
+	info := desc.RawResponse.GetWorkflowExecutionInfo().GetVersioningInfo()
+	if info.GetDeploymentVersion().GetBuildId() == buildID {
+		return true, nil
+	}
+	return false, fmt.Errorf("session %s (run %s) has versioning %v", id, desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId(), info)
 }
 
 func describeWorkerDeployment(t *testing.T, name string) *workflowservice.DescribeWorkerDeploymentResponse {
