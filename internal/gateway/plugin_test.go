@@ -115,6 +115,23 @@ func TestTheKubectlPluginDrivesASessionThroughTheGateway(t *testing.T) {
 	if status, out, _ := kubectl(t, operator, "approve", "support", "s-cli", interrupt); status != 3 || out != "false\n" {
 		t.Errorf("approve a resolved interrupt = %d %q", status, out)
 	}
+
+	// Text a user wrote, and the model repeated, reaches the terminal
+	// escaped: it cannot retitle the window, clear it or reorder the line.
+	hostile := "\x1b]0;owned\x07\x1b[2Jrefund \u202eexe.txt"
+	if status, out, errOut := kubectl(t, operator, "start", "support", "s-esc", hostile); status != 0 || out != "true\n" {
+		t.Fatalf("start = %d %q %q", status, out, errOut)
+	}
+	enginetest.Eventually(t, 30*time.Second, "the echo in messages", func() (bool, error) {
+		status, out, errOut := kubectl(t, operator, "messages", "support", "s-esc")
+		if status != 0 || !strings.Contains(out, "echo:") {
+			return false, fmt.Errorf("%d %q %q", status, out, errOut)
+		}
+		if strings.ContainsAny(out, "\x1b\x07\u202e") || !strings.Contains(out, `echo: \x1b]0;owned\x07\x1b[2Jrefund \u202eexe.txt`) {
+			t.Errorf("messages printed the text unescaped or not at all:\n%q", out)
+		}
+		return true, nil
+	})
 }
 
 func TestTheKubectlPluginRefusesWhatItCannotSend(t *testing.T) {

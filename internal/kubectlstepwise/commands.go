@@ -15,8 +15,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf16"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
@@ -131,7 +133,7 @@ func (p *plugin) run(ctx context.Context, args []string, out io.Writer) (int, er
 		if err := p.print(out, pending, "pending"); err != nil {
 			return 0, err
 		}
-		return exitPending, fmt.Errorf("%s\nrun the same command with --request-id %s to learn its outcome", pending.Message, pending.RequestID)
+		return exitPending, fmt.Errorf("%s\nrun the same command with --request-id %s to learn its outcome", printable(pending.Message), printable(pending.RequestID))
 	}
 	var answer gateway.Accepted
 	if err := json.Unmarshal(raw, &answer); err != nil {
@@ -184,9 +186,9 @@ func (p *plugin) do(ctx context.Context, method, path string, body, out any) (in
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		var refusal gateway.ErrorBody
 		if json.Unmarshal(raw, &refusal) != nil || refusal.Reason == "" {
-			return 0, fmt.Errorf("the gateway answered %s: %.200s", resp.Status, raw)
+			return 0, fmt.Errorf("the gateway answered %s: %.200s", printable(resp.Status), printable(string(raw)))
 		}
-		return 0, fmt.Errorf("%s: %s", refusal.Reason, refusal.Message)
+		return 0, fmt.Errorf("%s: %s", printable(refusal.Reason), printable(refusal.Message))
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return 0, fmt.Errorf("the gateway's answer is not the JSON expected: %w", err)
@@ -198,15 +200,36 @@ func (p *plugin) do(ctx context.Context, method, path string, body, out any) (in
 func (p *plugin) print(out io.Writer, v any, table string) error {
 	switch p.o.output {
 	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	case "yaml":
-		raw, err := yaml.Marshal(v)
+		raw, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {
 			return err
 		}
-		_, err = out.Write(raw)
+		// The encoder escapes C0 controls only; every hidden character is
+		// inside a string, where \u escapes keep the value exact.
+		_, err = io.WriteString(out, escapeHidden(string(raw), jsonEscape)+"\n")
+		return err
+	case "yaml":
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			return err
+		}
+		quoteHidden(&doc)
+		var b bytes.Buffer
+		enc := yaml.NewEncoder(&b)
+		enc.SetIndent(2)
+		if err := enc.Encode(&doc); err != nil {
+			return err
+		}
+		if err := enc.Close(); err != nil {
+			return err
+		}
+		// What YAML counts printable (bidirectional overrides among it)
+		// is left raw even in double quotes, where \u escapes are exact.
+		_, err = io.WriteString(out, escapeHidden(b.String(), yamlEscape))
 		return err
 	}
 	_, err := io.WriteString(out, table+"\n")
@@ -226,7 +249,7 @@ func snapshotTable(snap sessions.Snapshot) string {
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "STATUS\tMODE\tACTIVE TURN\tTURNS\tPENDING\tQUEUED\tTOKENS")
 	if st := snap.State; st != nil {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", st.Status, st.Mode, dash(st.ActiveTurnID), st.TurnCount,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", cell(st.Status), cell(st.Mode), cell(st.ActiveTurnID), st.TurnCount,
 			len(snap.PendingInterrupts), len(snap.QueuedMessages), snap.Usage.InputTokens+snap.Usage.OutputTokens)
 	} else {
 		fmt.Fprintln(w, "starting\t-\t-\t0\t0\t0\t0")
@@ -238,13 +261,13 @@ func snapshotTable(snap sessions.Snapshot) string {
 			if i.Question != nil {
 				asks = i.Question.Text
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", i.ID, i.Kind, i.ToolName, clip(asks))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cell(i.ID), cell(i.Kind), cell(i.ToolName), clip(asks))
 		}
 	}
 	if len(snap.ToolCalls) > 0 {
 		fmt.Fprintln(w, "\nTOOL CALL\tTOOL\tEFFECT\tSTATUS")
 		for _, c := range snap.ToolCalls {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.ID, c.Name, c.Effect, c.Status)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cell(c.ID), cell(c.Name), cell(c.Effect), cell(c.Status))
 		}
 	}
 	_ = w.Flush()
@@ -271,7 +294,7 @@ func (p *plugin) messages(ctx context.Context, agent, session string, args []str
 		if m.Role == sessions.RoleTool {
 			text = m.ToolName + ": " + text
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", m.Sequence, m.TurnID, m.Role, clip(text))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", m.Sequence, cell(m.TurnID), cell(m.Role), clip(text))
 	}
 	_ = w.Flush()
 	return p.print(out, page, strings.TrimRight(b.String(), "\n"))
@@ -291,7 +314,7 @@ func (p *plugin) waiting(ctx context.Context, out io.Writer) error {
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAMESPACE\tAGENT\tSESSION\tWAITS IN\tAGE")
 	for _, s := range resp.Sessions {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Agent, s.SessionID, strings.Join(s.Steps, ","), age(s.StartTime))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", cell(s.Namespace), cell(s.Agent), cell(s.SessionID), cell(strings.Join(s.Steps, ",")), age(s.StartTime))
 	}
 	_ = w.Flush()
 	table := strings.TrimRight(b.String(), "\n")
@@ -299,7 +322,7 @@ func (p *plugin) waiting(ctx context.Context, out io.Writer) error {
 		table += "\n(more sessions wait; narrow the search with -n or --step)"
 	}
 	for _, u := range resp.Unavailable {
-		table += fmt.Sprintf("\nnot searched: Agent %s/%s: %s: %s", u.Namespace, u.Agent, u.Reason, u.Message)
+		table += fmt.Sprintf("\nnot searched: Agent %s/%s: %s: %s", printable(u.Namespace), printable(u.Agent), printable(u.Reason), printable(u.Message))
 	}
 	return p.print(out, resp, table)
 }
@@ -311,13 +334,89 @@ func dash(s string) string {
 	return s
 }
 
-// clip keeps a table row on one line.
+// clip keeps a table row on one line, and its text to 60 characters.
 func clip(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = printable(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > 60 {
 		return string(r[:59]) + "…"
 	}
 	return dash(s)
+}
+
+// cell is a table cell: printable, one line, a dash when empty.
+func cell[T ~string](v T) string { return dash(printable(string(v))) }
+
+// printable escapes what a terminal would obey rather than show: control
+// characters (escape sequences, a bell, a carriage return that overwrites
+// the line, C1 controls) and format characters such as bidirectional
+// overrides, which reorder what the reader sees. A model, a tool or a user
+// wrote most of what the plugin prints, and none of them may retitle the
+// terminal, move its cursor or make text read as something else.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, hidden) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !hidden(r):
+			b.WriteRune(r)
+		case r < 0x80:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+func hidden(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+
+// escapeHidden escapes every hidden character of an encoded document but
+// its line breaks.
+func escapeHidden(doc string, escape func(*strings.Builder, rune)) string {
+	if !strings.ContainsFunc(doc, func(r rune) bool { return r != '\n' && hidden(r) }) {
+		return doc
+	}
+	var b strings.Builder
+	for _, r := range doc {
+		if r != '\n' && hidden(r) {
+			escape(&b, r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// jsonEscape writes r as JSON's \u escape, a surrogate pair beyond the
+// Basic Multilingual Plane.
+func jsonEscape(b *strings.Builder, r rune) {
+	if r1, r2 := utf16.EncodeRune(r); r1 != unicode.ReplacementChar {
+		fmt.Fprintf(b, "\\u%04x\\u%04x", r1, r2)
+		return
+	}
+	fmt.Fprintf(b, "\\u%04x", r)
+}
+
+// yamlEscape writes r as a YAML double-quoted scalar's escape.
+func yamlEscape(b *strings.Builder, r rune) {
+	if r > 0xffff {
+		fmt.Fprintf(b, "\\U%08x", r)
+		return
+	}
+	fmt.Fprintf(b, "\\u%04x", r)
+}
+
+// quoteHidden double-quotes every string, key or value, that holds a
+// hidden character: only there can escapeHidden's escapes stand for it.
+func quoteHidden(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && strings.ContainsFunc(n.Value, hidden) {
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	for _, c := range n.Content {
+		quoteHidden(c)
+	}
 }
 
 // age is a duration as kubectl shows ages.

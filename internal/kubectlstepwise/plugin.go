@@ -174,6 +174,24 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// sameOrigin follows a redirect only to the gateway's own scheme, host and
+// port. The transport adds the credential to every request, redirects
+// included, out of reach of the standard library's rule that drops
+// Authorization on a redirect to another host: any other origin (another
+// host, another port, https to http) would get the person's cluster
+// credential.
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	from := via[0].URL
+	if req.URL.Scheme != from.Scheme || req.URL.Host != from.Host {
+		return fmt.Errorf("the gateway redirected to %s://%s, another origin than %s://%s: not following it with your credential",
+			req.URL.Scheme, req.URL.Host, from.Scheme, from.Host)
+	}
+	if len(via) >= 10 {
+		return errors.New("the gateway redirected 10 times")
+	}
+	return nil
+}
+
 // plugin sends commands to one gateway as one caller.
 type plugin struct {
 	o         options
@@ -209,7 +227,7 @@ func newPlugin(o options, env Env) (*plugin, error) {
 		// a network in clear by accident.
 		return nil, fmt.Errorf("--gateway %q would carry your token in clear: use https, a port-forward to localhost, or --plain-http", o.gateway)
 	}
-	p := &plugin{o: o, namespace: namespace, base: base, http: &http.Client{}}
+	p := &plugin{o: o, namespace: namespace, base: base, http: &http.Client{CheckRedirect: sameOrigin}}
 	if o.token != "" {
 		p.http.Transport = transport.NewBearerAuthRoundTripper(o.token, http.DefaultTransport)
 		return p, nil
