@@ -74,7 +74,19 @@ func (s *Server) events(c *call) {
 	h.Set("X-Accel-Buffering", "no")
 	c.w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(c.w)
+	authorized := time.Now()
 	for {
+		if time.Since(authorized) >= s.opts.Reauthorize {
+			// Authorized once, a stream would outlive the permission that
+			// opened it; any failure ends it, and the reconnection is
+			// authorized as a new request.
+			if err := s.opts.Authorizer.Authorize(c.ctx, c.r, c.agent, VerbGet); err != nil {
+				s.opts.Logger.Info("ending an event stream whose caller is no longer authorized",
+					"session", c.sessionID, "agent", c.agent.String(), "error", err)
+				return
+			}
+			authorized = time.Now()
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(2 * s.opts.KeepAlive))
 		if len(records) == 0 {
 			if _, err := fmt.Fprint(c.w, KeepAliveFrame); err != nil {

@@ -112,7 +112,12 @@ type Options struct {
 	// RequestTimeout bounds a session request; default 30 s. A request that
 	// no worker ran by then answers 202 with its request ID.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// Reauthorize is how often an open event stream authorizes its caller
+	// again; default a minute. A stream whose caller may no longer read the
+	// session (a deleted token, a revoked RoleBinding) ends, and its
+	// reconnection is refused.
+	Reauthorize time.Duration
+	Logger      *slog.Logger
 }
 
 // Server serves the gateway's routes.
@@ -128,6 +133,9 @@ func New(opts Options) *Server {
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 30 * time.Second
+	}
+	if opts.Reauthorize <= 0 {
+		opts.Reauthorize = time.Minute
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -91,6 +91,8 @@ const (
 )
 
 type fixture struct {
+	// auth holds the application tokens' grants; tests revoke them.
+	auth    *gateway.TokenAuthorizer
 	stack   *enginetest.Stack
 	worker  *enginetest.Worker
 	hub     *hub.Hub
@@ -143,7 +145,7 @@ func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	}
 	gw.Start()
 	t.Cleanup(func() { gw.CloseClientConnections(); gw.Close() })
-	return &fixture{stack: stack, worker: worker, hub: h, gateway: gw.URL, streams: streams}
+	return &fixture{auth: auth, stack: stack, worker: worker, hub: h, gateway: gw.URL, streams: streams}
 }
 
 // connKey holds a request's connection in its context.
@@ -444,6 +446,51 @@ func TestAnIdleStreamSendsKeepAlivesAndRefusesTokensItCannotHonour(t *testing.T)
 	req := sessionURL(f, support, "s-idle") + "/events?resumeToken=" + otherSnap.ResumeToken
 	if call(t, http.MethodGet, req, readerToken, nil, &refusal); refusal.Reason != "invalid_token" {
 		t.Errorf("another session's token as a query parameter: %+v", refusal)
+	}
+}
+
+// An open stream is authorized again while it runs: once its token is
+// revoked, it ends, and its reconnection is refused.
+func TestAStreamEndsOnceItsCallerMayNoLongerRead(t *testing.T) {
+	f := start(t, func(o *gateway.Options) { o.Reauthorize = 500 * time.Millisecond })
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-revoked"), gateway.StartRequest{Message: "hello"})
+	snap := waitSnapshot(t, f, "s-revoked", "the first turn to end", func(s gateway.SnapshotResponse) bool {
+		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 1 && s.Snapshot.State.ActiveTurnID == ""
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	frames, status := stream(t, ctx, f, "s-revoked", snap.ResumeToken)
+	if status != http.StatusOK {
+		t.Fatalf("events = %d", status)
+	}
+	// Past several re-authorizations, the stream still runs.
+	for keptAlive := 0; keptAlive < 5; {
+		select {
+		case fr, open := <-frames:
+			if !open {
+				t.Fatal("the stream ended while its token was valid")
+			}
+			if fr.comment == "keep-alive" {
+				keptAlive++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no keep-alive within 10 s")
+		}
+	}
+	f.auth.SetGrants(map[string]gateway.Grant{
+		operatorToken: {Source: "Secret team-a/operator", Namespace: "team-a", Verbs: allVerbs},
+	})
+	deadline := time.After(10 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case _, open := <-frames:
+			ended = !open
+		case <-deadline:
+			t.Fatal("the stream still runs 10 s after its token was revoked, at a 500 ms re-authorization")
+		}
+	}
+	if _, status := stream(t, context.Background(), f, "s-revoked", snap.ResumeToken); status != http.StatusUnauthorized {
+		t.Errorf("the reconnection = %d, want 401", status)
 	}
 }
 
