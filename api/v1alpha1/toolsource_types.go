@@ -26,10 +26,12 @@ type ToolSourceSpec struct {
 
 	// TrustToolAnnotations takes the server's readOnlyHint and idempotentHint
 	// annotations, and its declared effects, as the tools' effect classes.
-	// Set it to false for a server whose hints you do not control: its tools
-	// then keep the Agent's defaultToolEffect unless a policy names them.
+	// Off by default: a server that marks a destructive tool read-only
+	// would skip its approval, so only a server whose hints you control
+	// should be trusted. Untrusted, its tools keep the Agent's
+	// defaultToolEffect unless a policy names them.
 	// +optional
-	// +kubebuilder:default=true
+	// +kubebuilder:default=false
 	TrustToolAnnotations *bool `json:"trustToolAnnotations,omitempty"`
 
 	// ListingTTL is how long a worker offers a listing before it lists the

@@ -14,8 +14,32 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
+
+// AddCounts adds two counts of tokens or cost, a negative one as none,
+// stopping at the largest int64 instead of wrapping to a negative sum:
+// providers report usage, and a hostile or broken one reporting negative or
+// enormous numbers must never lower a total below what was spent, or make
+// it pass a spend limit by overflowing.
+func AddCounts(a, b int64) int64 {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// MulCounts multiplies two counts, a negative one as none, stopping at the
+// largest int64.
+func MulCounts(a, b int64) int64 {
+	a, b = max(a, 0), max(b, 0)
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
 
 // MaxConsecutiveTurnContinuations bounds the continuations that may follow
 // answers without tools in a row; a tool call resets the count.

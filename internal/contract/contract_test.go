@@ -2,6 +2,7 @@ package contract
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,28 @@ func TestTaskPollIntervalRoundsUpToWholeSecondsWithinADay(t *testing.T) {
 	} {
 		if got := TaskPollInterval(in); got != want {
 			t.Errorf("TaskPollInterval(%v) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestCountsNeitherGoDownNorWrap(t *testing.T) {
+	cases := []struct {
+		a, b, sum, product int64
+	}{
+		{2, 3, 5, 6},
+		{5, -7, 5, 0},
+		{-1, -1, 0, 0},
+		{math.MaxInt64, 1, math.MaxInt64, math.MaxInt64},
+		{math.MaxInt64 - 1, 1, math.MaxInt64, math.MaxInt64 - 1},
+		{1 << 32, 1 << 31, 1<<32 + 1<<31, math.MaxInt64},
+		{0, math.MaxInt64, math.MaxInt64, 0},
+	}
+	for _, c := range cases {
+		if got := AddCounts(c.a, c.b); got != c.sum {
+			t.Errorf("AddCounts(%d, %d) = %d, want %d", c.a, c.b, got, c.sum)
+		}
+		if got := MulCounts(c.a, c.b); got != c.product {
+			t.Errorf("MulCounts(%d, %d) = %d, want %d", c.a, c.b, got, c.product)
 		}
 	}
 }

@@ -254,7 +254,7 @@ spec:
 
 		ts := toolSourceFixture(ns, "defaults")
 		create(ts)
-		Expect(*ts.Spec.TrustToolAnnotations).To(BeTrue())
+		Expect(*ts.Spec.TrustToolAnnotations).To(BeFalse())
 		Expect(ts.Spec.ListingTTL.Duration.Minutes()).To(Equal(5.0))
 		Expect(ts.Spec.ConnectionTimeout.Duration.Seconds()).To(Equal(30.0))
 		Expect(ts.Spec.RequestTimeout.Duration.Minutes()).To(Equal(10.0))

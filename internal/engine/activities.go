@@ -183,7 +183,7 @@ func (a *Activities) admit(ctx context.Context, turn session.TurnContext) (agent
 	call := agent.SpendCall{
 		SessionID: turn.SessionID, TurnID: turn.TurnID,
 		CallID:        fmt.Sprintf("%s/%s/%s/%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.ActivityID, info.Attempt),
-		SessionTokens: turn.SessionUsage.InputTokens + turn.SessionUsage.OutputTokens,
+		SessionTokens: turn.SessionUsage.Tokens(),
 	}
 	err := a.Spend.Admit(ctx, call)
 	var refused *agent.SpendLimitError
@@ -205,9 +205,12 @@ func (a *Activities) record(ctx context.Context, call agent.SpendCall, used sess
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	model := meta.ResponseModel
+	// The price is the one of the model the Agent asked for: the model an
+	// answer names is the provider's word, and a cheaper name must not
+	// make the call cheaper.
+	model := meta.RequestModel
 	if model == "" {
-		model = meta.RequestModel
+		model = meta.ResponseModel
 	}
 	err := a.Spend.Record(ctx, call, agent.SpendUsage{
 		Provider: meta.Provider, Model: model,
@@ -261,6 +264,7 @@ func (a *Activities) callTool(ctx context.Context, in ToolStepInput) (out sessio
 		if _, polls := a.Runner.(session.TaskRunner); !polls {
 			return session.MissingPollerOutcome(in.Call), nil
 		}
+		return session.CheckedTaskStarted(in.Call, out), nil
 	}
 	if err != nil {
 		return out, err

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
@@ -115,7 +116,7 @@ func (b *Budget) Record(ctx context.Context, call agent.SpendCall, used agent.Sp
 	}
 	price := b.Prices[model]
 	rec := spend.Record{CallID: call.CallID, Used: spend.Amount{
-		Tokens:    used.InputTokens + used.OutputTokens,
+		Tokens:    contract.AddCounts(used.InputTokens, used.OutputTokens),
 		MicroCost: price.Cost(used.InputTokens, used.CachedInputTokens, used.OutputTokens),
 	}}
 	return b.update(ctx, spendRecordUpdate, call.CallID+"/record", rec, nil)

@@ -87,6 +87,8 @@ func storedMessage(m agent.Message) session.Message {
 	return out
 }
 
-func storedUsage(u agent.Usage) session.Usage { return session.Usage(u) }
+// storedUsage is a provider's report of one call as the session counts
+// it: a negative count is none.
+func storedUsage(u agent.Usage) session.Usage { return session.Usage{}.Add(session.Usage(u)) }
 
 func storedMetadata(m agent.CallMetadata) session.CallMetadata { return session.CallMetadata(m) }

@@ -568,7 +568,7 @@ func toolSource(ts ResolvedToolSource, envs secretEnvs) workerconfig.ToolSource 
 	spec := ts.Spec
 	out := workerconfig.ToolSource{
 		SourceName:             ts.SourceName,
-		TrustToolAnnotations:   spec.TrustToolAnnotations == nil || *spec.TrustToolAnnotations,
+		TrustToolAnnotations:   spec.TrustToolAnnotations != nil && *spec.TrustToolAnnotations,
 		ListingTTL:             durationOr(spec.ListingTTL, fallbackListingTTL),
 		ConnectionTimeout:      durationOr(spec.ConnectionTimeout, fallbackConnectionTimeout),
 		RequestTimeout:         durationOr(spec.RequestTimeout, fallbackRequestTimeout),

@@ -117,6 +117,8 @@ func TestRenderWorkerConfig(t *testing.T) {
 		{"model calls default", cfg.Definition.Limits.MaxModelCallsPerTurn, int32(100)},
 		{"source order and names", cfg.ToolSources[0].SourceName + "," + cfg.ToolSources[1].SourceName, "files,crm"},
 		{"annotation trust", cfg.ToolSources[1].TrustToolAnnotations, false},
+		// A server's hints could skip an approval: unset, they are not trusted.
+		{"no annotation trust by default", cfg.ToolSources[0].TrustToolAnnotations, false},
 		{"listing TTL default", cfg.ToolSources[0].ListingTTL.Duration, 5 * time.Minute},
 		{"inline header", cfg.ToolSources[1].StreamableHTTP.Headers[0].Value, "support"},
 		{"secret header by env", cfg.ToolSources[1].StreamableHTTP.Headers[1].FromEnv.Env, SecretEnvName("crm", "token")},

@@ -1,6 +1,10 @@
 package session
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/stepwise-run/stepwise/internal/contract"
+)
 
 // The session's stored messages are its own types. They have the same JSON
 // as the model interface's agent.Message, agent.Usage and
@@ -83,16 +87,21 @@ type Usage struct {
 	ReasoningTokens   int64 `json:"reasoningTokens"`
 }
 
-// Add returns the sum of two usages.
+// Add returns the sum of two usages, a negative count as none and every
+// sum stopping at the largest int64, so what a provider reports can lower
+// no total and wrap none past a limit.
 func (u Usage) Add(o Usage) Usage {
 	return Usage{
-		ModelCalls:        u.ModelCalls + o.ModelCalls,
-		InputTokens:       u.InputTokens + o.InputTokens,
-		OutputTokens:      u.OutputTokens + o.OutputTokens,
-		CachedInputTokens: u.CachedInputTokens + o.CachedInputTokens,
-		ReasoningTokens:   u.ReasoningTokens + o.ReasoningTokens,
+		ModelCalls:        contract.AddCounts(u.ModelCalls, o.ModelCalls),
+		InputTokens:       contract.AddCounts(u.InputTokens, o.InputTokens),
+		OutputTokens:      contract.AddCounts(u.OutputTokens, o.OutputTokens),
+		CachedInputTokens: contract.AddCounts(u.CachedInputTokens, o.CachedInputTokens),
+		ReasoningTokens:   contract.AddCounts(u.ReasoningTokens, o.ReasoningTokens),
 	}
 }
+
+// Tokens are the input and output tokens, the count spend limits bound.
+func (u Usage) Tokens() int64 { return contract.AddCounts(u.InputTokens, u.OutputTokens) }
 
 // CallMetadata names what a model call used, for tracing.
 type CallMetadata struct {

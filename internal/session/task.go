@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/contract"
@@ -69,6 +70,34 @@ func (s *State) RecordTaskAbandoned(id string) []Event {
 	}
 	r.CancellationReason = CancelledByUser
 	return s.finish(r, ToolCallOutcomeUnknown, "", TaskAbandonedText)
+}
+
+// MaxTaskIDBytes bounds the ID a tool gives the task it started. The ID is
+// kept in the session's state, its history and every poll; a tool or a
+// hostile server that names a task with megabytes would fill them.
+const MaxTaskIDBytes = 256
+
+// CheckedTaskStarted passes a started task's outcome whose ID the session
+// can keep. An ID that is empty or over MaxTaskIDBytes cannot be followed:
+// the task may run, so a write's outcome is unknown and a read failed.
+func CheckedTaskStarted(r ToolCallRecord, out ToolOutcome) ToolOutcome {
+	if out.Kind != ToolResultTaskStarted {
+		return out
+	}
+	var problem string
+	switch {
+	case out.TaskID == "":
+		problem = "an empty task_id"
+	case len(out.TaskID) > MaxTaskIDBytes:
+		problem = fmt.Sprintf("a task_id of %d bytes, over the %d allowed", len(out.TaskID), MaxTaskIDBytes)
+	default:
+		return out
+	}
+	kind := ToolResultOutcomeUnknown
+	if r.Effect == agent.EffectRead {
+		kind = ToolResultFailed
+	}
+	return ToolOutcome{Kind: kind, Error: fmt.Sprintf("tool %s started a task with %s, which the session cannot follow; the task may run", r.Name, problem)}
 }
 
 // MissingPollerOutcome is the outcome of a call whose tool started a task

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,32 @@ func TestATaskStartedAfterACancelIsAbandoned(t *testing.T) {
 	s.RecordToolOutcome("w1", ToolOutcome{Kind: ToolResultTaskStarted, TaskID: "job-2"})
 	if r := s.Turn.ToolCall("w1"); !r.TaskAbandoned {
 		t.Errorf("w1 = %+v, want its task abandoned", r)
+	}
+}
+
+func TestCheckedTaskStartedKeepsOnlyAnIDTheSessionCanFollow(t *testing.T) {
+	write := ToolCallRecord{Name: "publish", Effect: agent.EffectNonIdempotentWrite}
+	read := ToolCallRecord{Name: "report", Effect: agent.EffectRead}
+	started := func(id string) ToolOutcome {
+		return ToolOutcome{Kind: ToolResultTaskStarted, TaskID: id, PollInterval: time.Second}
+	}
+	cases := []struct {
+		name   string
+		record ToolCallRecord
+		out    ToolOutcome
+		kind   ToolOutcomeKind
+		error  string
+	}{
+		{"an ID of the limit", write, started(strings.Repeat("a", MaxTaskIDBytes)), ToolResultTaskStarted, ""},
+		{"a write's ID over it", write, started(strings.Repeat("a", MaxTaskIDBytes+1)), ToolResultOutcomeUnknown, "tool publish started a task with a task_id of 257 bytes, over the 256 allowed"},
+		{"a read's ID over it", read, started(strings.Repeat("a", 10000)), ToolResultFailed, "a task_id of 10000 bytes"},
+		{"an empty ID", write, started(""), ToolResultOutcomeUnknown, "an empty task_id"},
+		{"not a task", write, ToolOutcome{Kind: ToolResultSucceeded, Output: "ok"}, ToolResultSucceeded, ""},
+	}
+	for _, c := range cases {
+		got := CheckedTaskStarted(c.record, c.out)
+		if got.Kind != c.kind || !strings.Contains(got.Error, c.error) || (c.error == "" && (got.TaskID != c.out.TaskID || got.Output != c.out.Output)) {
+			t.Errorf("%s: %+v, want %s %q", c.name, got, c.kind, c.error)
+		}
 	}
 }

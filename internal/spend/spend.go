@@ -7,10 +7,14 @@ package spend
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stepwise-run/stepwise/internal/contract"
 )
 
 // The counter's names on the engine.
@@ -30,9 +34,9 @@ type Amount struct {
 	MicroCost int64 `json:"microCost"`
 }
 
-// add returns the sum of two amounts.
+// add returns the sum of two amounts; it never wraps past a limit.
 func (a Amount) add(b Amount) Amount {
-	return Amount{Tokens: a.Tokens + b.Tokens, MicroCost: a.MicroCost + b.MicroCost}
+	return Amount{Tokens: contract.AddCounts(a.Tokens, b.Tokens), MicroCost: contract.AddCounts(a.MicroCost, b.MicroCost)}
 }
 
 // Limits are the bounds of one Agent's budget. A zero bound is no bound.
@@ -274,9 +278,29 @@ func (p Price) Cost(input, cachedInput, output int64) int64 {
 	if cachedPrice == 0 {
 		cachedPrice = p.InputMicroPerMillion
 	}
-	cachedInput = min(max(cachedInput, 0), max(input, 0))
-	total := (max(input, 0)-cachedInput)*p.InputMicroPerMillion + cachedInput*cachedPrice + max(output, 0)*p.OutputMicroPerMillion
-	return (total + 999_999) / 1_000_000
+	input = max(input, 0)
+	cachedInput = min(max(cachedInput, 0), input)
+	// In 128 bits, so even counts a provider reports near the largest
+	// int64 cost exactly what they say, up to the largest cost a counter
+	// holds.
+	var hi, lo uint64
+	for _, term := range [][2]int64{{input - cachedInput, p.InputMicroPerMillion}, {cachedInput, cachedPrice}, {max(output, 0), p.OutputMicroPerMillion}} {
+		h, l := bits.Mul64(uint64(term[0]), uint64(max(term[1], 0))) //nolint:gosec // both are non-negative
+		var carry uint64
+		lo, carry = bits.Add64(lo, l, 0)
+		hi, _ = bits.Add64(hi, h, carry)
+	}
+	if hi >= 1_000_000 {
+		return math.MaxInt64
+	}
+	cost, rest := bits.Div64(hi, lo, 1_000_000)
+	if rest != 0 {
+		cost++
+	}
+	if cost > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(cost)
 }
 
 // FormatMicro writes millionths as a decimal with no trailing zeros.

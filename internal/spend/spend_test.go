@@ -2,6 +2,8 @@ package spend
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -179,10 +181,24 @@ func TestPriceAndFormat(t *testing.T) {
 		{1, 0, 0, "0.000003"},
 		{0, 0, 0, "0"},
 		{10, 50, 0, "0.000003"}, // cached beyond input is capped at input
+		// What a provider reports negative counts as none, and what would
+		// overflow costs the most a counter holds, never a negative sum.
+		{-1_000_000, 0, 1000, "0.015"},
+		{1000, -5, -1000, "0.003"},
+		{10_000_000_000_000, 0, 0, "30000000"}, // past int64 before the division
+		{math.MaxInt64, 0, 0, "9223372036854.775807"},
+		{math.MaxInt64, 0, math.MaxInt64, "9223372036854.775807"},
 	} {
 		if got := FormatMicro(p.Cost(tc.input, tc.cached, tc.output)); got != tc.want {
 			t.Errorf("Cost(%d, %d, %d) = %s, want %s", tc.input, tc.cached, tc.output, got, tc.want)
 		}
+	}
+	var c Counter
+	for _, used := range []Amount{{Tokens: math.MaxInt64, MicroCost: math.MaxInt64}, {Tokens: 5, MicroCost: 5}} {
+		c.Record(Record{CallID: fmt.Sprint(used), Used: used}, time.Unix(0, 0))
+	}
+	if c.Spent.Tokens != math.MaxInt64 || c.Spent.MicroCost != math.MaxInt64 {
+		t.Errorf("a counter past the largest int64 holds %+v, want it held there", c.Spent)
 	}
 	if got := FormatMicro(-1_500_000); got != "-1.5" {
 		t.Errorf("FormatMicro(-1.5) = %s", got)

@@ -33,8 +33,9 @@ type SpendCall struct {
 
 // SpendUsage is what one model call used, as the provider reported it.
 type SpendUsage struct {
-	// Provider and Model name the model that answered; empty when the
-	// call failed before an answer.
+	// Provider names the provider called; Model the model the Agent asked
+	// for, whose price applies whatever model the answer names. Empty
+	// when the call failed before an answer.
 	Provider, Model                    string
 	InputTokens, OutputTokens          int64
 	CachedInputTokens, ReasoningTokens int64

@@ -117,6 +117,13 @@ func callTool(ctx context.Context, server Server, call agent.ToolContext, mcpNam
 // Streamable HTTP server's task, after the Step saved its ID; a stdio
 // server's task is polled here.
 func startedTask(ctx context.Context, cs *mcp.ClientSession, server Server, call agent.ToolContext, tool string, task *Task) (agent.ToolOutput, error) {
+	if len(task.TaskID) > session.MaxTaskIDBytes {
+		// Not kept, not polled, not sent back: the server named its task
+		// with more than a session keeps, and the task may run.
+		return agent.ToolOutput{}, lostTask(call.Effect, fmt.Sprintf(
+			"MCP server %s started a task for %s with a taskId of %d bytes, over the %d allowed; the task may run",
+			server.Name, tool, len(task.TaskID), session.MaxTaskIDBytes))
+	}
 	if server.TaskPolling != PollInSession {
 		return waitTask(ctx, cs, server, call, tool, task)
 	}

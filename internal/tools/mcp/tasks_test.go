@@ -152,6 +152,27 @@ func TestTasksThatFailAreCancelledOrAreLost(t *testing.T) {
 	}
 }
 
+// A task ID longer than a session keeps is never saved, polled or sent
+// back: the call's outcome is unknown, since the task may run.
+func TestATaskNamedWithTooLongAnIDIsNotFollowed(t *testing.T) {
+	src, ts := taskSource(t, PollInSession)
+	tools := listed(t, src, agent.SourcePolicies{})
+	sc := agent.SourceCall{Name: "jobs__long_id_report", Reference: tools["jobs__long_id_report"].Reference, Arguments: `{}`}
+	saved := false
+	call := agent.ToolContext{SessionID: "s1", TurnID: "turn-1", ToolCallID: "c1", IdempotencyKey: "s1/turn-1/c1", Attempt: 1,
+		Effect: agent.EffectIdempotentWrite, Heartbeat: func() {}, SaveCheckpoint: func(string) { saved = true }}
+	_, err := src.CallTool(context.Background(), call, sc)
+	if !isUnknown(err) || !strings.Contains(err.Error(), "a taskId of 4103 bytes, over the 256 allowed") {
+		t.Errorf("the call = %v, want its outcome unknown, naming the taskId's size", err)
+	}
+	if saved {
+		t.Error("the Step saved a checkpoint with the task's ID")
+	}
+	if polls := countPrefix(ts.Log(), "get "); polls != 0 {
+		t.Errorf("the task was polled: %v", ts.Log())
+	}
+}
+
 func isFailed(err error) bool  { _, ok := agent.IsExecutionError(err); return ok }
 func isUnknown(err error) bool { _, ok := agent.IsOutcomeUnknown(err); return ok }
 

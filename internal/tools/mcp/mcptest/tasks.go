@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,7 +40,9 @@ const handleKey = "stepwise.test/task"
 //     question fits;
 //   - sticky_report: asks "Approve?" (a boolean) and lists the answered
 //     request for two more polls before it completes;
-//   - slow_report: works until cancelled.
+//   - slow_report: works until cancelled;
+//   - long_id_report (idempotent write): names its task with 4,096 bytes
+//     more than an ID needs, as a hostile server would.
 type TaskServer struct {
 	// URL is the Streamable HTTP endpoint.
 	URL string
@@ -167,6 +170,7 @@ func (s *TaskServer) Server() *mcp.Server {
 	add("survey_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
 	add("slow_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
 	add("sticky_report", &mcp.ToolAnnotations{ReadOnlyHint: true})
+	add("long_id_report", &mcp.ToolAnnotations{IdempotentHint: true})
 	_ = mcp.AddReceivingCustomMethod(srv, "tasks/get", func(_ context.Context, _ *mcp.ServerSession, p *taskRef) (*taskState, error) {
 		s.noteMeta("tasks/get", p.Meta)
 		return s.get(p.TaskID)
@@ -234,6 +238,9 @@ func (s *TaskServer) call(tool string, req *mcp.CallToolRequest) (*mcp.CallToolR
 	defer s.mu.Unlock()
 	s.next++
 	t := &task{id: "task-" + strconv.Itoa(s.next), tool: tool, key: key, status: "working"}
+	if tool == "long_id_report" {
+		t.id += "-" + strings.Repeat("x", 4096)
+	}
 	s.tasks[t.id] = t
 	s.record("call %s %s", tool, key)
 	handle := s.state(t)
