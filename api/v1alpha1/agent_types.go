@@ -635,10 +635,13 @@ type WorkersSpec struct {
 
 	// Replicas is the desired number of worker pods. The Agent's scale
 	// subresource reads and writes it, so HorizontalPodAutoscalers, KEDA and
-	// kubectl scale target the Agent.
+	// kubectl scale target the Agent. At most 1000: every worker polls the
+	// engine, so a mistyped count would load the engine every tenant
+	// shares.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// TaskSlots is how many Steps one worker runs at once. Tool calls of one

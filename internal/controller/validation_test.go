@@ -198,6 +198,7 @@ var _ = Describe("API validation", func() {
 			a.Spec.Workers = &agentsv1.WorkersSpec{Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}
 		}, "spec.workers.resources", "resources.claims is not supported for workers"),
 		Entry("negative replicas", withReplicas(-1), "spec.workers.replicas", "should be greater than or equal to 0"),
+		Entry("more replicas than an engine should carry", withReplicas(1001), "spec.workers.replicas", "should be less than or equal to 1000"),
 		Entry("zero task slots", func(a *agentsv1.Agent) {
 			a.Spec.Workers = &agentsv1.WorkersSpec{TaskSlots: -5}
 		}, "spec.workers.taskSlots", "should be greater than or equal to 1"),
