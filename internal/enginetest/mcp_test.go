@@ -217,6 +217,10 @@ func TestAnMCPTaskAsksTheUserAndCompletes(t *testing.T) {
 		strings.Join(question.Question.Choices, ",") != "yes,no" {
 		t.Fatalf("the question = %+v", question)
 	}
+	// The server's task asks, not the agent: a person answering sees so.
+	if question.AskedBy != client.AskedByTask || question.ToolName != "jobs__approval_report" {
+		t.Errorf("the question is asked by %q of %q, want the task of jobs__approval_report", question.AskedBy, question.ToolName)
+	}
 	first.Kill()
 	s.StartWorker()
 	if ok, err := sessions.Answer(ctx, "s1", question.ID, "yes"); !ok || err != nil {
@@ -263,4 +267,31 @@ func TestCancellingATurnCancelsItsMCPTask(t *testing.T) {
 		snap, err := sessions.Snapshot(ctx, "s1")
 		return err == nil && snap.State != nil && snap.State.ActiveTurnID == "", err
 	})
+}
+
+// A question says who asks it: the agent by ask_user, or a tool before it
+// runs, whose words are its own and not the agent's.
+func TestEachQuestionSaysWhoAsksIt(t *testing.T) {
+	s := NewStack(t, "Askers")
+	s.StartWorker()
+	sessions := client.New(s.Client, s.Agent())
+	ctx := context.Background()
+	if ok, err := sessions.Start(ctx, "s1", "ask: which color?"); !ok || err != nil {
+		t.Fatalf("Start = %v, %v", ok, err)
+	}
+	asked := firstInterrupt(t, sessions, "s1")
+	if asked.AskedBy != client.AskedByAgent {
+		t.Errorf("ask_user's question is asked by %q, want the agent", asked.AskedBy)
+	}
+	if ok, err := sessions.Answer(ctx, "s1", asked.ID, "red"); !ok || err != nil {
+		t.Fatalf("Answer = %v, %v", ok, err)
+	}
+	lastAnswer(t, sessions, "s1", 1)
+	if ok, err := sessions.Send(ctx, "s1", "tools: confirm_write"); !ok || err != nil {
+		t.Fatalf("Send = %v, %v", ok, err)
+	}
+	asked = firstInterrupt(t, sessions, "s1")
+	if asked.AskedBy != client.AskedByTool || asked.ToolName != "confirm_write" {
+		t.Errorf("confirm_write's question is asked by %q of %q, want the tool", asked.AskedBy, asked.ToolName)
+	}
 }

@@ -523,6 +523,9 @@ func TestApprovalsQuestionsAndCancelsGoThroughTheGatewayOnce(t *testing.T) {
 	snap = waitSnapshot(t, f, "s-hitl", "a question", func(s gateway.SnapshotResponse) bool {
 		return len(s.Snapshot.PendingInterrupts) == 1 && s.Snapshot.PendingInterrupts[0].Kind == sessions.InterruptQuestion
 	})
+	if asker := snap.Snapshot.PendingInterrupts[0].AskedBy; asker != sessions.AskedByAgent {
+		t.Errorf("ask_user's question is asked by %q, want the agent", asker)
+	}
 	mustAccept(t, http.MethodPost, base+"/interrupts/"+snap.Snapshot.PendingInterrupts[0].ID+"/answer", gateway.AnswerRequest{Answer: "red"})
 	waitSnapshot(t, f, "s-hitl", "the answered turn to end", func(s gateway.SnapshotResponse) bool {
 		return s.Snapshot.State.ActiveTurnID == "" && s.Snapshot.State.TurnCount == 2

@@ -255,13 +255,13 @@ func snapshotTable(snap sessions.Snapshot) string {
 		fmt.Fprintln(w, "starting\t-\t-\t0\t0\t0\t0")
 	}
 	if len(snap.PendingInterrupts) > 0 {
-		fmt.Fprintln(w, "\nINTERRUPT\tKIND\tTOOL\tASKS")
+		fmt.Fprintln(w, "\nINTERRUPT\tKIND\tTOOL\tASKED BY\tASKS")
 		for _, i := range snap.PendingInterrupts {
 			asks := i.Arguments
 			if i.Question != nil {
 				asks = i.Question.Text
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cell(i.ID), cell(i.Kind), cell(i.ToolName), clip(asks))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", cell(i.ID), cell(i.Kind), cell(i.ToolName), cell(i.AskedBy), clip(asks))
 		}
 	}
 	if len(snap.ToolCalls) > 0 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
 // The types in this file are what the client returns: a view of a session
@@ -152,6 +153,37 @@ type Interrupt struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Question is set for a question.
 	Question *Question `json:"question,omitempty"`
+	// AskedBy says, for a question, who asks it: the agent (its model, by
+	// ask_user), a tool before it runs, or a tool's running task (such as
+	// an MCP task's input request). A person answers a tool's question
+	// knowing the tool's server wrote it, not the agent.
+	AskedBy Asker `json:"askedBy,omitempty"`
+}
+
+// Asker is who asks a question.
+type Asker string
+
+// Askers.
+const (
+	AskedByAgent Asker = "agent"
+	AskedByTool  Asker = "tool"
+	AskedByTask  Asker = "task"
+)
+
+// askerOf is who asks the question of interrupt in, whose call is r (nil
+// when the snapshot lacks it: then the name tells ask_user from a tool).
+func askerOf(in session.Interrupt, r *session.ToolCallRecord) Asker {
+	switch {
+	case r == nil && in.ToolName == string(agent.BuiltInAskUser):
+		return AskedByAgent
+	case r == nil:
+		return AskedByTool
+	case r.BuiltIn == agent.BuiltInAskUser:
+		return AskedByAgent
+	case r.TaskID != "":
+		return AskedByTask
+	}
+	return AskedByTool
 }
 
 // InterruptKind says what an interrupt waits for.
@@ -348,11 +380,19 @@ func snapshotView(s session.Snapshot) Snapshot {
 			TurnCount: st.TurnCount, LastTurnError: st.LastTurnError,
 		}
 	}
+	calls := make(map[string]*session.ToolCallRecord, len(s.ToolCalls))
+	for i := range s.ToolCalls {
+		calls[s.ToolCalls[i].ID] = &s.ToolCalls[i]
+	}
 	for _, in := range s.PendingInterrupts {
-		out.PendingInterrupts = append(out.PendingInterrupts, Interrupt{
+		view := Interrupt{
 			ID: in.ID, Kind: InterruptKind(in.Kind), TurnID: in.TurnID, ToolCallID: in.ToolCallID, ToolName: in.ToolName,
 			Arguments: in.Arguments, Deadline: copyTime(in.Deadline), Question: questionView(in.Question),
-		})
+		}
+		if in.Question != nil {
+			view.AskedBy = askerOf(in, calls[in.ToolCallID])
+		}
+		out.PendingInterrupts = append(out.PendingInterrupts, view)
 	}
 	for _, r := range s.ToolCalls {
 		out.ToolCalls = append(out.ToolCalls, toolCallView(r))

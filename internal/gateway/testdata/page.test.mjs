@@ -135,6 +135,7 @@ try {
     const card = page.locator('.interrupt.question');
     await card.waitFor();
     assert.equal((await card.locator('h3').textContent()).trim(), 'which color?');
+    assert.equal((await card.locator('.asker').textContent()).trim(), 'The agent asks');
     await screenshot('question');
     await card.locator('[data-choice="blue"]').click();
     await assistantSays('blue');

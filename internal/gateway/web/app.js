@@ -360,7 +360,13 @@ class SessionView {
   questionCard(i) {
     const q = i.question || { text: '', choices: [], allowsFreeText: true };
     const id = requestID();
-    const card = el('div', { class: 'interrupt question', 'data-interrupt': i.id }, el('h3', {}, q.text));
+    // Who asks matters: a tool's question is its server's words, not the
+    // agent's, and the reader should weigh it so.
+    const asker = i.askedBy === 'agent' ? 'The agent asks'
+      : i.askedBy === 'task' ? `Tool ${i.toolName} asks, from its running task`
+        : `Tool ${i.toolName} asks`;
+    const card = el('div', { class: 'interrupt question', 'data-interrupt': i.id, 'data-asked-by': i.askedBy || '' },
+      el('p', { class: 'asker muted' }, asker), el('h3', {}, q.text));
     const buttons = [];
     const answer = (button, text) => act(button, () => {
       for (const b of buttons) b.disabled = true;
