@@ -71,26 +71,7 @@ func (c *Client) SharedSessions(ctx context.Context, conn Connection, flowType s
 	shared := tenancy.Shared(flowType)
 	query := fmt.Sprintf("TaskQueue = %s AND WorkflowType = %s AND ExecutionStatus = 'Running'",
 		quoteVisibility(shared.TaskQueue()), quoteVisibility(flowType))
-	var ids []string
-	err := c.call(ctx, conn, func(ctx context.Context, sdk client.Client) error {
-		var token []byte
-		for len(ids) < MaxSessionsPerPass {
-			resp, err := sdk.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-				Namespace: conn.Namespace, Query: query, PageSize: 100, NextPageToken: token,
-			})
-			if err != nil {
-				return fmt.Errorf("listing the sessions on task queue %s on the %s: %w", shared.TaskQueue(), conn, err)
-			}
-			for _, e := range resp.GetExecutions() {
-				ids = append(ids, e.GetExecution().GetWorkflowId())
-			}
-			if token = resp.GetNextPageToken(); len(token) == 0 {
-				break
-			}
-		}
-		return nil
-	})
-	return ids, err
+	return c.runningSessions(ctx, conn, query, "on task queue "+shared.TaskQueue())
 }
 
 // RetireSharedNames removes what the shared names left on the engine once

@@ -199,17 +199,23 @@ const MaxSessionsPerPass = 500
 // MaxSessionsPerPass. The engine's visibility store lags a second or so
 // behind, so a session that just moved may still be listed.
 func (c *Client) PinnedSessions(ctx context.Context, conn Connection, name, buildID string) ([]string, error) {
+	query := fmt.Sprintf("TemporalWorkerDeploymentVersion = %s AND ExecutionStatus = 'Running'",
+		quoteVisibility(name+":"+buildID))
+	return c.runningSessions(ctx, conn, query, fmt.Sprintf("pinned to version %s of Worker Deployment %s", buildID, name))
+}
+
+// runningSessions lists the workflow IDs a visibility query finds, at most
+// MaxSessionsPerPass; which says which sessions, for the error.
+func (c *Client) runningSessions(ctx context.Context, conn Connection, query, which string) ([]string, error) {
 	var ids []string
 	err := c.call(ctx, conn, func(ctx context.Context, sdk client.Client) error {
-		query := fmt.Sprintf("TemporalWorkerDeploymentVersion = %s AND ExecutionStatus = 'Running'",
-			quoteVisibility(name+":"+buildID))
 		var token []byte
 		for len(ids) < MaxSessionsPerPass {
 			resp, err := sdk.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 				Namespace: conn.Namespace, Query: query, PageSize: 100, NextPageToken: token,
 			})
 			if err != nil {
-				return fmt.Errorf("listing the sessions pinned to version %s of Worker Deployment %s on the %s: %w", buildID, name, conn, err)
+				return fmt.Errorf("listing the sessions %s on the %s: %w", which, conn, err)
 			}
 			for _, e := range resp.GetExecutions() {
 				ids = append(ids, e.GetExecution().GetWorkflowId())

@@ -400,18 +400,27 @@ func TestATurnStreamsAndResumesAfterACutWithNoRepeatedOrMissingText(t *testing.T
 	}
 }
 
-func TestAnIdleStreamSendsKeepAlivesAndRefusesTokensItCannotHonour(t *testing.T) {
-	f := start(t)
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-idle"), gateway.StartRequest{Message: "hello"})
-	snap := waitSnapshot(t, f, "s-idle", "the first turn to end", func(s gateway.SnapshotResponse) bool {
+// streamAfterFirstTurn starts session id with one message, waits for its
+// turn to end and opens its event stream from the snapshot's token, for
+// the rest of the test.
+func streamAfterFirstTurn(t *testing.T, f *fixture, id string) (gateway.SnapshotResponse, <-chan frame) {
+	t.Helper()
+	mustAccept(t, http.MethodPost, sessionURL(f, support, id), gateway.StartRequest{Message: "hello"})
+	snap := waitSnapshot(t, f, id, "the first turn to end", func(s gateway.SnapshotResponse) bool {
 		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 1 && s.Snapshot.State.ActiveTurnID == ""
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	frames, status := stream(t, ctx, f, "s-idle", snap.ResumeToken)
+	t.Cleanup(cancel)
+	frames, status := stream(t, ctx, f, id, snap.ResumeToken)
 	if status != http.StatusOK {
 		t.Fatalf("events = %d", status)
 	}
+	return snap, frames
+}
+
+func TestAnIdleStreamSendsKeepAlivesAndRefusesTokensItCannotHonour(t *testing.T) {
+	f := start(t)
+	_, frames := streamAfterFirstTurn(t, f, "s-idle")
 	// The worker publishes a turn's last events a moment after the turn
 	// commits, so the snapshot may precede them: the stream then carries
 	// them, and nothing else, before it idles.
@@ -453,16 +462,7 @@ func TestAnIdleStreamSendsKeepAlivesAndRefusesTokensItCannotHonour(t *testing.T)
 // revoked, it ends, and its reconnection is refused.
 func TestAStreamEndsOnceItsCallerMayNoLongerRead(t *testing.T) {
 	f := start(t, func(o *gateway.Options) { o.Reauthorize = 500 * time.Millisecond })
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-revoked"), gateway.StartRequest{Message: "hello"})
-	snap := waitSnapshot(t, f, "s-revoked", "the first turn to end", func(s gateway.SnapshotResponse) bool {
-		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 1 && s.Snapshot.State.ActiveTurnID == ""
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	frames, status := stream(t, ctx, f, "s-revoked", snap.ResumeToken)
-	if status != http.StatusOK {
-		t.Fatalf("events = %d", status)
-	}
+	snap, frames := streamAfterFirstTurn(t, f, "s-revoked")
 	// Past several re-authorizations, the stream still runs.
 	for keptAlive := 0; keptAlive < 5; {
 		select {
