@@ -17,6 +17,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/model"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -132,7 +133,7 @@ func (c *Client) CallModel(ctx context.Context, req agent.ModelRequest, out agen
 		case "message_start":
 			resp.Metadata.ResponseID, resp.Metadata.ResponseModel = ev.Message.ID, ev.Message.Model
 			u := ev.Message.Usage
-			resp.Usage.InputTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+			resp.Usage.InputTokens = contract.AddCounts(contract.AddCounts(u.InputTokens, u.CacheReadInputTokens), u.CacheCreationInputTokens)
 			resp.Usage.CachedInputTokens = u.CacheReadInputTokens
 			resp.Usage.OutputTokens = u.OutputTokens
 		case "content_block_start":

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"strings"
@@ -229,5 +230,21 @@ func TestARequestCarriesTheActivationsTraceContext(t *testing.T) {
 	}
 	if got := s.Traceparent(0); got != traceparent {
 		t.Errorf("traceparent = %q, want %q", got, traceparent)
+	}
+}
+
+// Input tokens are the sum of three counts the server reports: counts near
+// the largest int64 stop there instead of wrapping to a negative total the
+// session would count as none.
+func TestInputTokensFromCacheCountsNeverWrap(t *testing.T) {
+	huge := `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":null,"stop_sequence":null,` +
+		`"usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":9223372036854775807,"cache_creation_input_tokens":5,"output_tokens":1}}}`
+	_, c := newServer(t, events(huge, messageDelta("end_turn", 1), messageStop))
+	resp, err := c.CallModel(context.Background(), agent.ModelRequest{Input: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.InputTokens != math.MaxInt64 {
+		t.Errorf("input tokens = %d, want the largest int64", resp.Usage.InputTokens)
 	}
 }
