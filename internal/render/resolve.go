@@ -426,6 +426,14 @@ func CheckSecrets(uses []SecretUse, secrets map[string]*corev1.Secret) *Blocker 
 			}
 			return blocked(agentsv1.ReasonSecretNotFound, "%s: Secret %q does not exist", use.Field, use.Secret)
 		}
+		if operatorCopy(secret) {
+			// An engine's credentials and hub tokens are copied here for
+			// workers alone: referenced elsewhere, a tenant who may not read
+			// them could send them to a model or tool address of its choice.
+			return blocked(agentsv1.ReasonSecretValueInvalid,
+				"%s: Secret %q holds credentials the operator copied for Agent %q's workers; no Agent, ToolSource or MediaStore may reference it",
+				use.Field, use.Secret, secret.Labels[LabelAgent])
+		}
 		for _, k := range use.Required {
 			value, ok := SecretValue(secret, k)
 			if !ok {
@@ -440,6 +448,13 @@ func CheckSecrets(uses []SecretUse, secrets map[string]*corev1.Secret) *Blocker 
 		}
 	}
 	return nil
+}
+
+// operatorCopy reports whether the operator wrote secret for an Agent's
+// workers: an engine's credentials or an event hub token.
+func operatorCopy(secret *corev1.Secret) bool {
+	c := secret.Labels[LabelComponent]
+	return secret.Labels[LabelManagedBy] == ManagedBy && (c == componentEngineCredentials || c == componentEventHubToken)
 }
 
 func (r *resolver) secrets() *Blocker {

@@ -240,6 +240,20 @@ func TestResolveBlockers(t *testing.T) {
 			wantReason: agentsv1.ReasonSecretKeyNotFound, wantMessage: `spec.model.apiKeySecretRef: Secret "openai" has no key "api-key"`,
 		},
 		{
+			// Another Agent's copy of the engine's key, sent to a model
+			// address the tenant chose, would leave with the tenant never
+			// having read it.
+			name:  "a model key from the operator's copy of an engine's credentials",
+			agent: testAgent(withModelKey("other-engine", "api-key")),
+			observed: observed(func() *corev1.Secret {
+				s := secret("other-engine", map[string]string{"api-key": "k"})
+				s.Labels = objectLabels("other", componentEngineCredentials)
+				return s
+			}()),
+			wantReason:  agentsv1.ReasonSecretValueInvalid,
+			wantMessage: `spec.model.apiKeySecretRef: Secret "other-engine" holds credentials the operator copied for Agent "other"'s workers; no Agent, ToolSource or MediaStore may reference it`,
+		},
+		{
 			name: "a missing model choice key Secret",
 			agent: testAgent(func(a *agentsv1.Agent) {
 				a.Spec.ModelChoices = []agentsv1.ModelChoice{{Choice: "large", Model: agentsv1.ModelSpec{
