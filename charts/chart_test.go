@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/media"
 	workers "github.com/stepwise-run/stepwise/internal/render"
 )
@@ -136,7 +137,9 @@ func TestBadValuesAreRefusedNamingTheField(t *testing.T) {
 		{"gateway Service type", "gateway: {service: {type: ExternalName}}", []string{"'/gateway/service/type'"}},
 		{"negative gateway replicas", "gateway: {replicas: -1}", []string{"'/gateway/replicas'"}},
 		{"token audience with a comma", "gateway: {tokenAudiences: ['a,b']}", []string{"'/gateway/tokenAudiences/0'"}},
-		{"hub key Secret not a name", "eventHub: {keySecret: Hub_Key}", []string{"'/eventHub/keySecret'"}},
+		{"hub publish keys Secret not a name", "eventHub: {publishKeysSecret: Hub_Key}", []string{"'/eventHub/publishKeysSecret'"}},
+		{"hub read tokens Secret not a name", "eventHub: {readTokensSecret: Hub_Key}", []string{"'/eventHub/readTokensSecret'"}},
+		{"the retired single hub key", "eventHub: {keySecret: hub-key}", []string{"keySecret"}},
 		{"hub port out of range", "eventHub: {port: 0}", []string{"'/eventHub/port'"}},
 		{"hub URL with a path", "eventHub: {url: 'http://hub:8090/publish'}", []string{"'/eventHub/url'"}},
 		{"hub URL with a query", "eventHub: {url: 'http://hub:8090?x=1'}", []string{"'/eventHub/url'"}},
@@ -282,7 +285,7 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		"CustomResourceDefinition/toolsources.agents.stepwise.run", "CustomResourceDefinition/clusterengines.agents.stepwise.run",
 		"ClusterRole/stepwise-gateway", "ClusterRoleBinding/stepwise-gateway",
 		"Deployment/stepwise", "Deployment/stepwise-event-hub", "Deployment/stepwise-gateway",
-		"Role/stepwise-leader-election", "RoleBinding/stepwise-leader-election", "Secret/stepwise-event-hub-key",
+		"Role/stepwise-leader-election", "RoleBinding/stepwise-leader-election", "Secret/stepwise-event-hub-publish-keys", "Secret/stepwise-event-hub-read-tokens",
 		"Service/stepwise-event-hub", "Service/stepwise-gateway", "Service/stepwise-metrics",
 		"ServiceAccount/stepwise", "ServiceAccount/stepwise-gateway",
 	}
@@ -337,7 +340,7 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		// administrator's own ClusterEngine "default" is the default.
 		"--operator-namespace=stepwise-system", "--default-engine=default", "--allow-namespace-engines=false",
 		"--worker-image=" + defaultPrefix + "/agent-worker:" + version,
-		"--event-hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--event-hub-key-file=/etc/stepwise/event-hub/key",
+		"--event-hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--event-hub-publish-keys-file=/etc/stepwise/event-hub-publish-keys/keys",
 		"--zap-log-level=info", "--zap-encoder=json",
 	}
 	if !slices.Equal(manager.Args, wantArgs) {
@@ -389,7 +392,7 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 	if want := defaultPrefix + "/gateway:" + version; container.Image != want {
 		t.Errorf("gateway image = %q, want %q", container.Image, want)
 	}
-	wantArgs := []string{"--listen=:8080", "--hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--hub-key-file=/etc/stepwise/event-hub/key",
+	wantArgs := []string{"--listen=:8080", "--hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--hub-read-tokens-file=/etc/stepwise/event-hub-read-tokens/tokens",
 		"--operator-namespace=stepwise-system", "--default-engine=default", "--allow-namespace-engines=false"}
 	if !slices.Equal(container.Args, wantArgs) {
 		t.Errorf("gateway args = %q, want %q", container.Args, wantArgs)
@@ -406,21 +409,53 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 	if hubPod.AutomountServiceAccountToken == nil || *hubPod.AutomountServiceAccountToken {
 		t.Error("the event hub pod mounts an API token it never uses")
 	}
-	hubArgs := []string{"--listen=", "--hub-listen=:8090", "--hub-key-file=/etc/stepwise/event-hub/key"}
+	hubArgs := []string{"--listen=", "--hub-listen=:8090", "--hub-publish-keys-file=/etc/stepwise/event-hub-publish-keys/keys",
+		"--hub-read-tokens-file=/etc/stepwise/event-hub-read-tokens/tokens"}
 	if got := hubPod.Containers[0].Args; !slices.Equal(got, hubArgs) || hubPod.Containers[0].Image != container.Image {
 		t.Errorf("event hub container = %s %q, want the gateway image with %q", hubPod.Containers[0].Image, got, hubArgs)
 	}
 	expectRestricted(t, hubPod)
 	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-event-hub"), hub, 8090, "hub")
 
-	key := get[corev1.Secret](t, objs, "Secret/stepwise-event-hub-key")
-	if len(key.Data["key"]) < 32 {
-		t.Errorf("the generated hub key has %d bytes, want at least 32", len(key.Data["key"]))
+	keys := get[corev1.Secret](t, objs, "Secret/stepwise-event-hub-publish-keys")
+	if _, err := hubapi.ParsePublishKeys(keys.Data["keys"]); err != nil {
+		t.Errorf("the generated publish keys: %v", err)
 	}
+	tokens := get[corev1.Secret](t, objs, "Secret/stepwise-event-hub-read-tokens")
+	if _, err := hubapi.ParseReadTokens(tokens.Data["tokens"]); err != nil {
+		t.Errorf("the generated read tokens: %v", err)
+	}
+	// Each pod mounts only the credential it needs: the gateway, the most
+	// exposed, cannot sign a publish token.
 	operator := get[appsv1.Deployment](t, objs, "Deployment/stepwise")
-	for _, d := range []*appsv1.Deployment{operator, gateway, hub} {
-		if !mountsKey(d.Spec.Template.Spec, "stepwise-event-hub-key", "/etc/stepwise/event-hub") {
-			t.Errorf("%s does not mount the hub key Secret at /etc/stepwise/event-hub", d.Name)
+	expectCredentials(t, operator, "stepwise-event-hub-publish-keys")
+	expectCredentials(t, gateway, "stepwise-event-hub-read-tokens")
+	expectCredentials(t, hub, "stepwise-event-hub-publish-keys", "stepwise-event-hub-read-tokens")
+}
+
+// expectCredentials checks that a Deployment mounts exactly these event
+// hub Secrets, each at its own directory, read-only.
+func expectCredentials(t *testing.T, d *appsv1.Deployment, secrets ...string) {
+	t.Helper()
+	dirs := map[string]string{
+		"publish-keys": "/etc/stepwise/event-hub-publish-keys",
+		"read-tokens":  "/etc/stepwise/event-hub-read-tokens",
+	}
+	var mounted []string
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && strings.Contains(v.Name, "event-hub") {
+			mounted = append(mounted, v.Secret.SecretName)
+		}
+	}
+	if !slices.Equal(mounted, secrets) {
+		t.Errorf("%s mounts event hub Secrets %q, want %q", d.Name, mounted, secrets)
+	}
+	for _, secret := range secrets {
+		kind := secret[strings.Index(secret, "event-hub-")+len("event-hub-"):]
+		for suffix, dir := range dirs {
+			if strings.HasSuffix(kind, suffix) && !mountsKey(d.Spec.Template.Spec, secret, dir) {
+				t.Errorf("%s does not mount %s at %s", d.Name, secret, dir)
+			}
 		}
 	}
 }
@@ -523,7 +558,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		"--operator-namespace=" + releaseNS, "--default-engine=shared-temporal", "--allow-namespace-engines=true",
 		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,/mnt/agents/media",
 		"--otlp-endpoint=http://otel-collector.observability:4317", "--otlp-protocol=grpc",
-		"--event-hub-url=https://event-hub.agents.example.com:9443", "--event-hub-key-file=/etc/stepwise/event-hub/key",
+		"--event-hub-url=https://event-hub.agents.example.com:9443", "--event-hub-publish-keys-file=/etc/stepwise/event-hub-publish-keys/keys",
 		"--zap-log-level=2", "--zap-encoder=console",
 	}
 	if !slices.Equal(manager.Args, wantArgs) {
@@ -569,7 +604,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 	gateway := get[appsv1.Deployment](t, objs, "Deployment/stepwise-all-gateway")
 	gatewayPod := gateway.Spec.Template.Spec
 	wantGatewayArgs := []string{
-		"--listen=:8443", "--hub-url=https://event-hub.agents.example.com:9443", "--hub-key-file=/etc/stepwise/event-hub/key",
+		"--listen=:8443", "--hub-url=https://event-hub.agents.example.com:9443", "--hub-read-tokens-file=/etc/stepwise/event-hub-read-tokens/tokens",
 		"--token-audiences=stepwise-gateway,https://kubernetes.default.svc",
 		"--operator-namespace=" + releaseNS, "--default-engine=shared-temporal", "--allow-namespace-engines=true",
 	}
@@ -595,15 +630,15 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		t.Errorf("event hub memory limit = %s, want 1Gi", got)
 	}
 	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-all-event-hub"), hub, 9443, "hub")
-	// A key Secret of the platform's own replaces the generated one.
-	if _, ok := objs["Secret/stepwise-all-event-hub-key"]; ok {
-		t.Error("eventHub.keySecret is set, yet the chart renders a key Secret of its own")
-	}
-	for _, d := range []*appsv1.Deployment{deployment, gateway, hub} {
-		if !mountsKey(d.Spec.Template.Spec, "stepwise-event-hub-key-from-vault", "/etc/stepwise/event-hub") {
-			t.Errorf("%s does not mount eventHub.keySecret", d.Name)
+	// Secrets of the platform's own replace the generated ones.
+	for _, name := range []string{"Secret/stepwise-all-event-hub-publish-keys", "Secret/stepwise-all-event-hub-read-tokens"} {
+		if _, ok := objs[name]; ok {
+			t.Errorf("the values name the hub's Secrets, yet the chart renders %s", name)
 		}
 	}
+	expectCredentials(t, deployment, "hub-publish-keys-from-vault")
+	expectCredentials(t, gateway, "hub-read-tokens-from-vault")
+	expectCredentials(t, hub, "hub-publish-keys-from-vault", "hub-read-tokens-from-vault")
 }
 
 func TestPodLabelsDoNotReplaceTheSelectorLabels(t *testing.T) {
@@ -672,18 +707,25 @@ func TestTheOperatorAcceptsTheRenderedArguments(t *testing.T) {
 	}
 }
 
-// withKeyFile points the event hub key flags at a key file of the test's,
-// where the pod would mount the key Secret.
+// withKeyFile points the event hub credential flags at files of the
+// test's, where the pod would mount the Secrets.
 func withKeyFile(t *testing.T, args []string) []string {
 	t.Helper()
-	key := filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(key, []byte(strings.Repeat("k", 48)), 0o600); err != nil {
+	dir := t.TempDir()
+	keys, tokens := filepath.Join(dir, "keys"), filepath.Join(dir, "tokens")
+	if err := os.WriteFile(keys, []byte("k1:"+strings.Repeat("k", 48)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokens, []byte(strings.Repeat("r", 48)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out := slices.Clone(args)
 	for i, arg := range out {
-		if name, _, ok := strings.Cut(arg, "="); ok && (name == "--event-hub-key-file" || name == "--hub-key-file") {
-			out[i] = name + "=" + key
+		switch name, _, _ := strings.Cut(arg, "="); name {
+		case "--event-hub-publish-keys-file", "--hub-publish-keys-file":
+			out[i] = name + "=" + keys
+		case "--hub-read-tokens-file":
+			out[i] = name + "=" + tokens
 		}
 	}
 	return out

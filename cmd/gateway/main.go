@@ -41,25 +41,33 @@ func main() {
 }
 
 func run(logger *slog.Logger) error {
-	var listen, hubListen, hubURL, hubKeyFile string
+	var listen, hubListen, hubURL, publishKeysFile, readTokensFile string
 	flag.StringVar(&listen, "listen", ":8080", "Address of the session API and the event streams; empty runs the event hub alone.")
 	flag.StringVar(&hubListen, "hub-listen", "",
 		"Address where workers publish session events to this process's event hub; empty runs no hub here.")
 	flag.StringVar(&hubURL, "hub-url", "",
 		"http://host:port of the event hub the gateway reads; empty reads this process's hub (--hub-listen). Without either, the gateway serves no events.")
-	flag.StringVar(&hubKeyFile, "hub-key-file", "",
-		"File holding the event hub's key (at least 32 bytes); the hub checks the workers' publish tokens with it and the gateway derives its read token from it.")
+	flag.StringVar(&publishKeysFile, "hub-publish-keys-file", "",
+		"File of the event hub's publish keys, one per line as ID:KEY (32 bytes or more), with which the hub checks the workers' publish tokens; required with --hub-listen. It is read again while the hub runs.")
+	flag.StringVar(&readTokensFile, "hub-read-tokens-file", "",
+		"File of the event hub's read tokens, one per line (32 bytes or more): the hub lets each read, and the gateway reads with the first. Required with --hub-listen or --hub-url; read again while running.")
 	audiences := flag.String("token-audiences", "",
 		"Comma-separated audiences a Kubernetes bearer token must be for; empty takes the API server's.")
 	engineFlags := engineflags.Bind(flag.CommandLine)
 	flag.Parse()
 
 	var (
-		keys *hubapi.Keyring
-		err  error
+		readTokens  *hubapi.FileSource[*hubapi.ReadTokens]
+		publishKeys *hubapi.FileSource[*hubapi.PublishKeys]
+		err         error
 	)
 	if hubListen != "" || hubURL != "" {
-		if keys, err = readKeyring(hubKeyFile); err != nil {
+		if readTokens, err = loadCredential(logger, "--hub-read-tokens-file", readTokensFile, hubapi.ParseReadTokens); err != nil {
+			return err
+		}
+	}
+	if hubListen != "" {
+		if publishKeys, err = loadCredential(logger, "--hub-publish-keys-file", publishKeysFile, hubapi.ParsePublishKeys); err != nil {
 			return err
 		}
 	}
@@ -74,7 +82,7 @@ func run(logger *slog.Logger) error {
 	servers := map[string]http.Handler{}
 	if hubListen != "" {
 		h := hub.New(hub.NewEpoch(), hub.DefaultLimits, time.Now)
-		servers[hubListen] = hubapi.NewServer(h, keys).Handler()
+		servers[hubListen] = hubapi.NewServer(h, hubapi.ServerOptions{PublishKeys: publishKeys.Get, ReadTokens: readTokens.Get}).Handler()
 		if hubURL == "" {
 			hubURL, err = localURL(hubListen)
 			if err != nil {
@@ -84,7 +92,7 @@ func run(logger *slog.Logger) error {
 	}
 
 	if listen != "" {
-		api, closeAPI, err := sessionAPI(ctx, logger, engineFlags, *audiences, hubURL, keys)
+		api, closeAPI, err := sessionAPI(ctx, logger, engineFlags, *audiences, hubURL, readTokens)
 		if err != nil {
 			return err
 		}
@@ -101,7 +109,8 @@ func run(logger *slog.Logger) error {
 }
 
 // sessionAPI builds the session routes over the cluster's Agents.
-func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *engineflags.Flags, audiences, hubURL string, keys *hubapi.Keyring) (http.Handler, func(), error) {
+func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *engineflags.Flags, audiences, hubURL string,
+	readTokens *hubapi.FileSource[*hubapi.ReadTokens]) (http.Handler, func(), error) {
 	var defaults render.Defaults
 	if err := engineFlags.Apply(&defaults); err != nil {
 		return nil, nil, err
@@ -140,7 +149,7 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 		Logger:     logger,
 	}
 	if hubURL != "" {
-		opts.Hub = hubapi.NewReader(hubURL, keys.ReadToken(), nil)
+		opts.Hub = hubapi.NewReader(hubURL, func() string { return readTokens.Get().Current() }, nil)
 	}
 	return gateway.New(opts).Handler(), engines.Close, nil
 }
@@ -175,15 +184,20 @@ func serve(ctx context.Context, logger *slog.Logger, servers map[string]http.Han
 	return err
 }
 
-func readKeyring(path string) (*hubapi.Keyring, error) {
+// loadCredential reads a credential file the flag names, and rereads it
+// while the process runs.
+func loadCredential[T any](logger *slog.Logger, flagName, path string, parse func([]byte) (T, error)) (*hubapi.FileSource[T], error) {
 	if path == "" {
-		return nil, errors.New("--hub-key-file is required with --hub-listen or --hub-url")
+		return nil, fmt.Errorf("%s is required with --hub-listen or --hub-url", flagName)
 	}
-	keys, err := hubapi.ReadKeyFile(path)
+	src, err := hubapi.LoadFile(path, parse)
 	if err != nil {
-		return nil, fmt.Errorf("--hub-key-file: %w", err)
+		return nil, fmt.Errorf("%s: %w", flagName, err)
 	}
-	return keys, nil
+	src.OnError = func(err error) {
+		logger.Error("rereading a credential file; keeping the last good one", "flag", flagName, "error", err)
+	}
+	return src, nil
 }
 
 // localURL is the URL of this process's hub at a listen address.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 )
 
 func TestLocalURLReachesTheHubOfThisProcess(t *testing.T) {
@@ -25,7 +28,7 @@ func TestLocalURLReachesTheHubOfThisProcess(t *testing.T) {
 	}
 }
 
-func TestReadKeyringRefusesAShortOrMissingKey(t *testing.T) {
+func TestCredentialFilesAreRequiredAndChecked(t *testing.T) {
 	dir := t.TempDir()
 	short := filepath.Join(dir, "short")
 	long := filepath.Join(dir, "long")
@@ -35,18 +38,19 @@ func TestReadKeyringRefusesAShortOrMissingKey(t *testing.T) {
 	if err := os.WriteFile(long, []byte(strings.Repeat("k", 32)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	logger := slog.New(slog.DiscardHandler)
 	for path, wantErr := range map[string]string{
-		"":                            "--hub-key-file is required",
-		filepath.Join(dir, "missing"): "--hub-key-file",
+		"":                            "--hub-read-tokens-file is required",
+		filepath.Join(dir, "missing"): "--hub-read-tokens-file",
 		short:                         short,
 		long:                          "",
 	} {
-		_, err := readKeyring(path)
+		_, err := loadCredential(logger, "--hub-read-tokens-file", path, hubapi.ParseReadTokens)
 		switch {
 		case wantErr == "" && err != nil:
-			t.Errorf("readKeyring(%q) = %v", path, err)
+			t.Errorf("loadCredential(%q) = %v", path, err)
 		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
-			t.Errorf("readKeyring(%q) = %v, want an error containing %q", path, err, wantErr)
+			t.Errorf("loadCredential(%q) = %v, want an error containing %q", path, err, wantErr)
 		}
 	}
 }

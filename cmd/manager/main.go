@@ -41,7 +41,8 @@ func run() error {
 		mediaHostPathRoots      string
 		pollerQuietPeriod       time.Duration
 		versionedRollouts       bool
-		eventHubURL, hubKey     string
+		eventHubURL, hubKeys    string
+		tokenLifetime           time.Duration
 		otlpEndpoint, otlpProto string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
@@ -65,8 +66,10 @@ func run() error {
 			"unversioned: beside each other where the worker version rules allow, old ones stopped first otherwise.")
 	flag.StringVar(&eventHubURL, "event-hub-url", "",
 		"http://host:port of the event hub every Agent's workers publish session events to, for the gateway; empty keeps events in the workers.")
-	flag.StringVar(&hubKey, "event-hub-key-file", "",
-		"File holding the event hub's key; the operator derives each Agent's publish token from it. Required with --event-hub-url.")
+	flag.StringVar(&hubKeys, "event-hub-publish-keys-file", "",
+		"File of the event hub's publish keys, one per line as ID:KEY, the signing key first; the operator signs each Agent's publish token with it. Required with --event-hub-url; read again while running.")
+	flag.DurationVar(&tokenLifetime, "event-hub-token-lifetime", hubapi.DefaultTokenLifetime,
+		"How long an Agent's event hub publish token is valid; the operator renews it, rolling the Agent's workers, when a third is left.")
 	flag.StringVar(&otlpEndpoint, "otlp-endpoint", "",
 		"http://host:port (https:// for TLS) of the OTLP receiver that workers of Agents without spec.tracing.endpoint export spans to; empty traces only Agents that name one.")
 	flag.StringVar(&otlpProto, "otlp-protocol", workerconfig.OTLPProtocolGRPC, "The OTLP protocol of --otlp-endpoint: grpc or http/protobuf.")
@@ -83,7 +86,7 @@ func run() error {
 	if err := engineFlags.Apply(&defaults); err != nil {
 		return err
 	}
-	if defaults.EventHub, err = eventHub(eventHubURL, hubKey); err != nil {
+	if defaults.EventHub, err = eventHub(eventHubURL, hubKeys, tokenLifetime); err != nil {
 		return err
 	}
 	if otlpEndpoint != "" {
@@ -140,23 +143,28 @@ func run() error {
 }
 
 // eventHub checks the event hub flags: both or neither.
-func eventHub(url, keyFile string) (*render.EventHub, error) {
+func eventHub(url, keysFile string, lifetime time.Duration) (*render.EventHub, error) {
 	switch {
-	case url == "" && keyFile == "":
+	case url == "" && keysFile == "":
 		return nil, nil
 	case url == "":
-		return nil, errors.New("--event-hub-key-file needs --event-hub-url")
-	case keyFile == "":
-		return nil, errors.New("--event-hub-url needs --event-hub-key-file")
+		return nil, errors.New("--event-hub-publish-keys-file needs --event-hub-url")
+	case keysFile == "":
+		return nil, errors.New("--event-hub-url needs --event-hub-publish-keys-file")
+	case lifetime < time.Hour:
+		return nil, fmt.Errorf("--event-hub-token-lifetime %s: at least 1h", lifetime)
 	}
 	if err := workerconfig.CheckHubURL(url); err != nil {
 		return nil, fmt.Errorf("--event-hub-url: %w", err)
 	}
-	keys, err := hubapi.ReadKeyFile(keyFile)
+	keys, err := hubapi.LoadFile(keysFile, hubapi.ParsePublishKeys)
 	if err != nil {
-		return nil, fmt.Errorf("--event-hub-key-file: %w", err)
+		return nil, fmt.Errorf("--event-hub-publish-keys-file: %w", err)
 	}
-	return &render.EventHub{URL: url, Keys: keys}, nil
+	keys.OnError = func(err error) {
+		ctrl.Log.WithName("setup").Error(err, "rereading the event hub publish keys; keeping the last good ones")
+	}
+	return &render.EventHub{URL: url, Keys: keys.Get, TokenLifetime: lifetime}, nil
 }
 
 // metricsOptions serves the metrics, which name every Agent, to

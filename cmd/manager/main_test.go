@@ -5,33 +5,39 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestEventHubFlags(t *testing.T) {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "key")
 	short := filepath.Join(dir, "short")
-	if err := os.WriteFile(key, []byte("an event hub key of 32 bytes or more\n"), 0o600); err != nil {
+	if err := os.WriteFile(key, []byte("k1:an event hub key of 32 bytes or more\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(short, []byte("too short"), 0o600); err != nil {
+	if err := os.WriteFile(short, []byte("k1:too short"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	const url = "http://stepwise-event-hub.stepwise-system.svc:8090"
 	for _, tc := range []struct {
 		name, url, keyFile, wantErr string
+		lifetime                    time.Duration
 	}{
 		{name: "neither"},
 		{name: "both", url: url, keyFile: key},
-		{name: "a URL without a key", url: url, wantErr: "--event-hub-url needs --event-hub-key-file"},
-		{name: "a key without a URL", keyFile: key, wantErr: "--event-hub-key-file needs --event-hub-url"},
+		{name: "a URL without a key", url: url, wantErr: "--event-hub-url needs --event-hub-publish-keys-file"},
+		{name: "a key without a URL", keyFile: key, wantErr: "--event-hub-publish-keys-file needs --event-hub-url"},
 		{name: "a URL with a path", url: url + "/events", keyFile: key, wantErr: "--event-hub-url"},
 		{name: "a URL with credentials", url: "http://user:pw@hub:8090", keyFile: key, wantErr: "--event-hub-url"},
-		{name: "a missing key file", url: url, keyFile: filepath.Join(dir, "none"), wantErr: "--event-hub-key-file"},
+		{name: "a missing key file", url: url, keyFile: filepath.Join(dir, "none"), wantErr: "--event-hub-publish-keys-file"},
+		{name: "a token lifetime under an hour", url: url, keyFile: key, lifetime: time.Minute, wantErr: "--event-hub-token-lifetime"},
 		{name: "a short key", url: url, keyFile: short, wantErr: "needs at least 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hub, err := eventHub(tc.url, tc.keyFile)
+			if tc.lifetime == 0 {
+				tc.lifetime = time.Hour
+			}
+			hub, err := eventHub(tc.url, tc.keyFile, tc.lifetime)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("eventHub() = %v, want an error with %q", err, tc.wantErr)

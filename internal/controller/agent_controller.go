@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -102,6 +103,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 
 	before := agent.DeepCopy()
 	var pass agentPass
+	defer func() { result = soonest(result, pass.renewTokenAt, r.now()) }()
 	defer func() {
 		agent.Status = agentStatus(agent, pass)
 		if err := patchStatus(ctx, r.Client, agent, before); err != nil && !apierrors.IsNotFound(err) {
@@ -149,6 +151,19 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 	return ctrl.Result{RequeueAfter: r.spendRecheck(agent)}, pass.err
 }
 
+// soonest is the earlier of a requeue and the publish token's renewal, which
+// no event on the cluster announces either.
+func soonest(result ctrl.Result, renewAt, now time.Time) ctrl.Result {
+	if renewAt.IsZero() {
+		return result
+	}
+	renewIn := max(renewAt.Sub(now), time.Second)
+	if result.RequeueAfter == 0 || renewIn < result.RequeueAfter {
+		result.RequeueAfter = renewIn
+	}
+	return result
+}
+
 // reconcileNormal checks the Agent and applies its objects. A
 // *render.Blocker means nothing was applied, and the Agent waits for a
 // change to what it references.
@@ -168,6 +183,10 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 			return err
 		}
 	}
+	hubSecret, err := r.publishToken(ctx, agent, resolved, pass)
+	if err != nil {
+		return err
+	}
 	worker, err := render.Worker(resolved)
 	if err != nil {
 		return err
@@ -180,6 +199,7 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if err != nil {
 		return err
 	}
+	live.eventHubSecret = hubSecret
 
 	// The ServiceAccount and the configuration exist before the Deployment
 	// that uses them. The configuration ConfigMap is new for each digest, so
@@ -322,12 +342,29 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	// The operator caches Secrets by metadata only, so its own Secrets are
 	// read from the API server.
 	var err error
-	if live.eventHubSecret, err = r.ownedSecret(ctx, agent, render.EventHubSecretName(agent.Name), worker.EventHubSecret != nil); err != nil {
-		return liveWorker{}, err
-	}
 	if live.engineSecret, err = r.ownedSecret(ctx, agent, render.EngineSecretName(agent.Name), worker.EngineSecret != nil); err != nil {
 		return liveWorker{}, err
 	}
+	return live, nil
+}
+
+// publishToken keeps the Agent's event hub publish token while it is
+// signed by the current key for this Agent and far from its expiry, and
+// signs a new one otherwise. It returns the Agent's live token Secret, or
+// the one in the way of it, which applyOwnedSecret deletes once the Agent
+// needs no token.
+func (r *AgentReconciler) publishToken(ctx context.Context, agent *agentsv1.Agent, resolved *render.Resolved, pass *agentPass) (*corev1.Secret, error) {
+	hub := resolved.EventHub
+	live, err := r.ownedSecret(ctx, agent, render.EventHubSecretName(agent.Name), hub != nil)
+	if err != nil || hub == nil {
+		return live, err
+	}
+	var current string
+	if live != nil {
+		current = string(live.Data[render.EventHubTokenKey])
+	}
+	want := hubapi.PublishClaims{Namespace: agent.Namespace, Agent: agent.Name, AgentUID: string(agent.UID)}
+	resolved.EventHubToken, pass.renewTokenAt = hub.Keys().Renew(current, want, r.now(), hub.TokenLifetime)
 	return live, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -113,7 +114,6 @@ var _ = Describe("Agent reconciler", func() {
 		Expect(cfg.EventHub).NotTo(BeNil())
 		Expect(cfg.EventHub.URL).To(Equal(eventHubURL))
 		Expect(cfg.EventHub.Token.Secret).To(Equal(render.EventHubSecretName(agent.Name)))
-		Expect(doc).NotTo(ContainSubstring(eventHubKeys.PublishToken(ns, agent.Name)))
 		Expect(container.Env).To(ContainElement(And(
 			HaveField("Name", cfg.EventHub.Token.Env),
 			HaveField("ValueFrom.SecretKeyRef.Name", render.EventHubSecretName(agent.Name)),
@@ -121,7 +121,12 @@ var _ = Describe("Agent reconciler", func() {
 		)))
 		tokenSecret := &corev1.Secret{}
 		Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.EventHubSecretName(agent.Name)}, tokenSecret)).To(Succeed())
-		Expect(string(tokenSecret.Data[render.EventHubTokenKey])).To(Equal(eventHubKeys.PublishToken(ns, agent.Name)))
+		publishToken := string(tokenSecret.Data[render.EventHubTokenKey])
+		Expect(doc).NotTo(ContainSubstring(publishToken))
+		claims, err := eventHubKeys.Check(publishToken, time.Now())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(claims).To(And(HaveField("Namespace", ns), HaveField("Agent", agent.Name), HaveField("AgentUID", string(agent.UID))))
+		Expect(claims.Expires).To(BeTemporally(">", time.Now().Add(hubapi.DefaultTokenLifetime-time.Hour)))
 		Expect(metav1.IsControlledBy(tokenSecret, agent)).To(BeTrue())
 
 		By("reporting what it applied")

@@ -24,6 +24,9 @@ type agentPass struct {
 	err error
 	// applied is true when every owned object was applied.
 	applied bool
+	// renewTokenAt is when the Agent's publish token is due for renewal;
+	// zero when it has none.
+	renewTokenAt time.Time
 	// lostClaim is the label of the claim the Agent lost to another Agent.
 	lostClaim string
 	// resolved is the Agent with its references checked; nil when the

@@ -73,15 +73,15 @@ var operatorDefaults = render.Defaults{
 	WorkerImage:         stockWorkerImage,
 	WorkerEngineVersion: stockEngineVersion,
 	MediaHostPathRoots:  []string{mediaHostPathRoot},
-	EventHub:            &render.EventHub{URL: eventHubURL, Keys: eventHubKeys},
+	EventHub:            &render.EventHub{URL: eventHubURL, Keys: func() *hubapi.PublishKeys { return eventHubKeys }},
 }
 
 // eventHubURL and eventHubKeys are the event hub the operator hands its
 // workers in these tests.
 const eventHubURL = "http://stepwise-event-hub.stepwise-system.svc:8090"
 
-var eventHubKeys = func() *hubapi.Keyring {
-	keys, err := hubapi.NewKeyring([]byte("an event hub key of the controller tests, 32+ bytes"))
+var eventHubKeys = func() *hubapi.PublishKeys {
+	keys, err := hubapi.ParsePublishKeys([]byte("k1:an event hub key of the controller tests, 32+ bytes"))
 	if err != nil {
 		panic(err)
 	}

@@ -28,7 +28,7 @@ type Event struct {
 const KeepAliveFrame = ": keep-alive\n\n"
 
 func (c *call) hubKey() hub.Key {
-	return hub.Key{Namespace: c.agent.Namespace, Agent: c.agent.Name, Session: c.sessionID}
+	return hub.Key{Namespace: c.agent.Namespace, Agent: c.agent.Name, AgentUID: c.target.Agent.UID, Session: c.sessionID}
 }
 
 // tokenRefusal is a resume token the hub refused, for the browser to load

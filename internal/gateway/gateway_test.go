@@ -43,7 +43,8 @@ func (a agents) Target(_ context.Context, ref gateway.AgentRef) (gateway.Target,
 	case flowType == "":
 		return gateway.Target{}, nil, errors.New("dial tcp 10.0.0.1:7233: connection refused")
 	}
-	return gateway.Target{Client: a.stack.Client, Agent: sessions.Agent{Namespace: ref.Namespace, Name: ref.Name, FlowType: flowType}}, func() {}, nil
+	return gateway.Target{Client: a.stack.Client, Agent: sessions.Agent{Namespace: ref.Namespace, Name: ref.Name,
+		UID: "uid-" + ref.Namespace + "-" + ref.Name, FlowType: flowType}}, func() {}, nil
 }
 
 // Graph serves the graph the operator would publish for the Agent's Flow
@@ -105,18 +106,25 @@ type fixture struct {
 func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	t.Helper()
 	stack := enginetest.NewStack(t, "GatewaySupport")
-	keys, err := hubapi.NewKeyring(bytes.Repeat([]byte("k"), 32))
+	keys, err := hubapi.ParsePublishKeys([]byte("k1:" + strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers, err := hubapi.ParseReadTokens([]byte(strings.Repeat("r", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := hub.New(hub.NewEpoch(), hub.Limits{}, time.Now)
-	hubServer := httptest.NewServer(hubapi.NewServer(h, keys).Handler())
+	hubServer := httptest.NewServer(hubapi.NewServer(h, hubapi.ServerOptions{
+		PublishKeys: func() *hubapi.PublishKeys { return keys }, ReadTokens: func() *hubapi.ReadTokens { return readers },
+	}).Handler())
 	// Streams and long polls stay open until their clients go: cut them,
 	// or Close waits for them.
 	t.Cleanup(func() { hubServer.CloseClientConnections(); hubServer.Close() })
 	stack.SetAgent(support.Namespace, support.Name)
 	stack.Config.EventHub = &workerconfig.EventHub{URL: hubServer.URL, Token: workerconfig.SecretEnv{Env: "STEPWISE_EVENT_HUB_TOKEN"}}
-	stack.Env = append(stack.Env, "STEPWISE_EVENT_HUB_TOKEN="+keys.PublishToken(support.Namespace, support.Name))
+	stack.Env = append(stack.Env, "STEPWISE_EVENT_HUB_TOKEN="+keys.Mint(hubapi.PublishClaims{
+		Namespace: support.Namespace, Agent: support.Name, AgentUID: stack.Config.Agent.UID, Expires: time.Now().Add(time.Hour)}))
 	// Plan mode on, so the page can draft and execute a plan.
 	stack.Config.Definition.BuiltInTools = append(stack.Config.Definition.BuiltInTools, "write_todos")
 	stack.Config.Definition.PlanMode = &workerconfig.PlanMode{PlanningToolChoice: "auto"}
@@ -132,7 +140,7 @@ func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 		Agents: agents{stack: stack, flowTypes: map[gateway.AgentRef]string{
 			support: "GatewaySupport", billing: "GatewayBilling", unreachable: "", helpdesk: "GatewayHelpdesk", teamBSupport: "GatewaySupport"}},
 		Authorizer: auth,
-		Hub:        hubapi.NewReader(hubServer.URL, keys.ReadToken(), nil),
+		Hub:        hubapi.NewReader(hubServer.URL, readers.Current, nil),
 		KeepAlive:  300 * time.Millisecond,
 	}
 	for _, opt := range opts {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -233,5 +234,79 @@ func TestAWaitEndsWhenItsSessionIsDropped(t *testing.T) {
 	h.Publish(beta, []session.Event{delta("t1", "b")})
 	if err := <-done; !errors.Is(err, ErrExpiredToken) {
 		t.Errorf("Wait on a dropped session = %v, want ErrExpiredToken", err)
+	}
+}
+
+func TestTheHubCountsTheMemoryItHolds(t *testing.T) {
+	// Events as the publish route makes them: decoded from JSON, each with
+	// strings of its own.
+	wire := []byte(`{"type":"text_delta","turnId":"turn-0001","stepExecutionId":"step-0001","payload":{"text":"a short delta"}}`)
+	h := New("00aa", Limits{TotalBytes: 1 << 40, SessionEvents: 1 << 30, SessionBytes: 1 << 40, AgentBytes: 1 << 40, NamespaceBytes: 1 << 40}, clock)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for s := range 200 {
+		k := Key{Namespace: "team-a", Agent: "support", AgentUID: "uid", Session: fmt.Sprintf("s-%d", s)}
+		for range 500 {
+			var e session.Event
+			if err := json.Unmarshal(wire, &e); err != nil {
+				t.Fatal(err)
+			}
+			h.Publish(k, []session.Event{e})
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	counted := h.TotalBytes()
+	t.Logf("100000 events: %d bytes held, %d counted", held, counted)
+	if counted < held*8/10 || counted > held*2 {
+		t.Errorf("the hub counts %d bytes for %d held: its limits would not bound its memory", counted, held)
+	}
+	runtime.KeepAlive(h)
+}
+
+func TestEachTenantIsBoundedAndFloodsDropTheirOwn(t *testing.T) {
+	one := func(text string) []session.Event { return []session.Event{delta("t1", text)} }
+	big := strings.Repeat("x", 10_000)
+	quiet := Key{Namespace: "team-b", Agent: "support", AgentUID: "b", Session: "s-1"}
+	neighbour := Key{Namespace: "team-a", Agent: "support", AgentUID: "a", Session: "s-1"}
+	h := New("00aa", Limits{AgentBytes: 100_000, NamespaceBytes: 150_000, TotalBytes: 200_000, NamespaceSessions: 50}, clock)
+	h.Publish(quiet, one("b"))
+	h.Publish(neighbour, one("a"))
+	for i := range 200 {
+		h.Publish(Key{Namespace: "team-a", Agent: "flood", AgentUID: "f", Session: fmt.Sprint(i)}, one(big))
+		if i%20 == 0 {
+			h.Publish(quiet, one("b"))
+		}
+	}
+	if got, _ := readAll(t, h, quiet, h.TurnStart(quiet, "t1")); len(got) != 11 {
+		t.Errorf("team-b's session kept %d of its 11 events", len(got))
+	}
+	if got, _ := readAll(t, h, neighbour, h.TurnStart(neighbour, "t1")); len(got) != 1 {
+		t.Error("the flooder's neighbour in team-a lost its event")
+	}
+	if bytes, _ := h.Usage("team-a"); bytes > 150_000 {
+		t.Errorf("team-a holds %d bytes", bytes)
+	}
+	// Sessions are bounded per namespace too.
+	many := New("00aa", Limits{NamespaceSessions: 5}, clock)
+	many.Publish(quiet, one("b"))
+	for i := range 20 {
+		many.Publish(Key{Namespace: "team-a", Agent: "flood", AgentUID: "f", Session: fmt.Sprint(i)}, one("x"))
+	}
+	if _, n := many.Usage("team-a"); n != 5 {
+		t.Errorf("team-a tracks %d sessions, want its 5", n)
+	}
+	if _, n := many.Usage("team-b"); n != 1 {
+		t.Error("team-b's session was dropped for team-a's")
+	}
+	// A session's events are bounded in number as well as bytes.
+	counted := New("00aa", Limits{SessionEvents: 10}, clock)
+	for range 25 {
+		counted.Publish(alpha, one("a"))
+	}
+	if got, _ := readAll(t, counted, alpha, counted.TurnStart(alpha, "t1")); len(got) > 10 {
+		t.Errorf("a session of at most 10 events keeps %d", len(got))
 	}
 }

@@ -66,7 +66,7 @@ func isHex(s string) bool {
 }
 
 func binding(epoch string, k Key, gen uint64) string {
-	sum := sha256.Sum256([]byte(epoch + "\x00" + k.Namespace + "\x00" + k.Agent + "\x00" + k.Session + "\x00" + strconv.FormatUint(gen, 10)))
+	sum := sha256.Sum256([]byte(epoch + "\x00" + k.Namespace + "\x00" + k.Agent + "\x00" + k.AgentUID + "\x00" + k.Session + "\x00" + strconv.FormatUint(gen, 10)))
 	return hex.EncodeToString(sum[:8])
 }
 

@@ -17,12 +17,13 @@ import (
 // Reader reads one hub for a gateway replica.
 type Reader struct {
 	base  string
-	token string
+	token func() string
 	http  *http.Client
 }
 
-// NewReader reads the hub at base (http://host:port) with the read token.
-func NewReader(base, token string, c *http.Client) *Reader {
+// NewReader reads the hub at base (http://host:port) with the read token
+// that token returns at each request.
+func NewReader(base string, token func() string, c *http.Client) *Reader {
 	if c == nil {
 		c = &http.Client{}
 	}
@@ -34,7 +35,7 @@ func (r *Reader) get(ctx context.Context, path string, q url.Values, out any) er
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+r.token)
+	req.Header.Set("Authorization", "Bearer "+r.token())
 	resp, err := r.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("reading the event hub: %w", err)
@@ -59,7 +60,7 @@ func (r *Reader) get(ctx context.Context, path string, q url.Values, out any) er
 }
 
 func keyQuery(k hub.Key) url.Values {
-	return url.Values{"namespace": {k.Namespace}, "agent": {k.Agent}, "session": {k.Session}}
+	return url.Values{"namespace": {k.Namespace}, "agent": {k.Agent}, "uid": {k.AgentUID}, "session": {k.Session}}
 }
 
 // Position returns the token after the session's newest event, and, when a

@@ -1,13 +1,15 @@
 package hubapi
 
 import (
-	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,25 +20,41 @@ import (
 	"github.com/stepwise-run/stepwise/internal/session"
 )
 
-var testKey = []byte("0123456789abcdef0123456789abcdef")
+var (
+	testKeys, _    = ParsePublishKeys([]byte("k1:0123456789abcdef0123456789abcdef\n"))
+	testReaders, _ = ParseReadTokens([]byte("a read token of the hub tests, 32 bytes or more\n"))
+)
+
+// testAgent is the Agent most tests publish for.
+var testAgent = PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-support"}
+
+// tokenOf signs a publish token for an Agent, valid for an hour.
+func tokenOf(c PublishClaims) string {
+	c.Expires = time.Now().Add(time.Hour)
+	return testKeys.Mint(c)
+}
+
+// keyOf is an Agent's session as the hub keys it.
+func keyOf(c PublishClaims, session string) hub.Key {
+	return hub.Key{Namespace: c.Namespace, Agent: c.Agent, AgentUID: c.AgentUID, Session: session}
+}
 
 type testHub struct {
 	hub      *hub.Hub
-	keys     *Keyring
 	url      string
 	requests atomic.Int64
 	// failing makes the hub answer 503 to publish requests.
 	failing atomic.Bool
 }
 
-func startHub(t *testing.T, limits hub.Limits) *testHub {
+func startHub(t *testing.T, limits hub.Limits, opts ...func(*ServerOptions)) *testHub {
 	t.Helper()
-	keys, err := NewKeyring(testKey)
-	if err != nil {
-		t.Fatal(err)
+	th := &testHub{hub: hub.New(hub.NewEpoch(), limits, time.Now)}
+	o := ServerOptions{PublishKeys: func() *PublishKeys { return testKeys }, ReadTokens: func() *ReadTokens { return testReaders }}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	th := &testHub{hub: hub.New(hub.NewEpoch(), limits, time.Now), keys: keys}
-	handler := NewServer(th.hub, keys).Handler()
+	handler := NewServer(th.hub, o).Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == PublishPath {
 			th.requests.Add(1)
@@ -52,7 +70,7 @@ func startHub(t *testing.T, limits hub.Limits) *testHub {
 	return th
 }
 
-func (th *testHub) reader() *Reader { return NewReader(th.url, th.keys.ReadToken(), nil) }
+func (th *testHub) reader() *Reader { return NewReader(th.url, testReaders.Current, nil) }
 
 func delta(turn, text string) session.Event {
 	return session.NewEvent(session.EventTextDelta, turn, map[string]string{"text": text})
@@ -99,12 +117,12 @@ func readUntil(t *testing.T, r *Reader, k hub.Key, after, want string) ([]WireRe
 
 func TestAWorkersEventsReachReadersInBatchesAndResume(t *testing.T) {
 	th := startHub(t, hub.Limits{})
-	k := hub.Key{Namespace: "team-a", Agent: "support", Session: "s-1"}
+	k := keyOf(testAgent, "s-1")
 	pos, err := th.reader().Position(context.Background(), k, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := NewPublisher(th.url, th.keys.PublishToken("team-a", "support"), PublisherOptions{Interval: 50 * time.Millisecond})
+	p := NewPublisher(th.url, tokenOf(testAgent), PublisherOptions{Interval: 50 * time.Millisecond})
 	runPublisher(t, p)
 	want := ""
 	for i := range 200 {
@@ -134,8 +152,9 @@ func TestAWorkersEventsReachReadersInBatchesAndResume(t *testing.T) {
 }
 
 func TestTokensKeepAgentsApartAndOnlyGatewaysRead(t *testing.T) {
-	th := startHub(t, hub.Limits{})
-	other, _ := NewKeyring(bytes.Repeat([]byte("z"), 32))
+	now := time.Now()
+	th := startHub(t, hub.Limits{}, func(o *ServerOptions) { o.Now = func() time.Time { return now } })
+	otherHub, _ := ParsePublishKeys([]byte("k1:zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"))
 	publish := func(token string, body string) int {
 		req, _ := http.NewRequest(http.MethodPost, th.url+PublishPath, strings.NewReader(body))
 		if token != "" {
@@ -149,16 +168,21 @@ func TestTokensKeepAgentsApartAndOnlyGatewaysRead(t *testing.T) {
 		return resp.StatusCode
 	}
 	one := `{"events":[{"session":"s-1","event":{"type":"text_delta","payload":{"text":"a"}}}]}`
-	aToken := th.keys.PublishToken("team-a", "support")
-	forged := "team-b/support/" + strings.Split(aToken, "/")[2]
+	aToken := tokenOf(testAgent)
+	parts := strings.Split(aToken, ".")
+	bClaims, _ := json.Marshal(PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-support", Expires: now.Add(time.Hour)})
+	forged := strings.Join([]string{parts[0], parts[1], base64.RawURLEncoding.EncodeToString(bClaims), parts[3]}, ".")
+	expired := testAgent
+	expired.Expires = now.Add(-time.Second)
 	for name, token := range map[string]string{
-		"no token":                         "",
-		"another hub's token":              other.PublishToken("team-a", "support"),
-		"one Agent's MAC for another":      forged,
-		"the read token":                   th.keys.ReadToken(),
-		"a token with the MAC cut":         "team-a/support/",
-		"a token with the Agent left out":  "team-a//" + strings.Split(aToken, "/")[2],
-		"a token with a path in its Agent": "team-a/support/x/" + strings.Split(aToken, "/")[2],
+		"no token":                    "",
+		"another hub's token":         otherHub.Mint(PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-support", Expires: now.Add(time.Hour)}),
+		"one Agent's MAC for another": forged,
+		"the read token":              testReaders.Current(),
+		"an expired token":            testKeys.Mint(expired),
+		"a token with the MAC cut":    strings.Join(parts[:3], ".") + ".",
+		"a token of an unknown key":   strings.Join([]string{parts[0], "k9", parts[2], parts[3]}, "."),
+		"a token with no Agent UID":   testKeys.Mint(PublishClaims{Namespace: "team-a", Agent: "support", Expires: now.Add(time.Hour)}),
 	} {
 		if got := publish(token, one); got != http.StatusUnauthorized {
 			t.Errorf("publish with %s = %d, want 401", name, got)
@@ -167,19 +191,24 @@ func TestTokensKeepAgentsApartAndOnlyGatewaysRead(t *testing.T) {
 	if got := publish(aToken, one); got != http.StatusNoContent {
 		t.Fatalf("publish = %d", got)
 	}
-	// team-a's worker wrote session s-1 of team-a/support only.
+	// team-a's worker wrote session s-1 of team-a/support with its UID only:
+	// an Agent made again under the name is another Agent.
 	r := th.reader()
-	for _, k := range []hub.Key{{Namespace: "team-b", Agent: "support", Session: "s-1"}, {Namespace: "team-a", Agent: "billing", Session: "s-1"}} {
+	for _, k := range []hub.Key{
+		{Namespace: "team-b", Agent: "support", AgentUID: "uid-support", Session: "s-1"},
+		{Namespace: "team-a", Agent: "billing", AgentUID: "uid-support", Session: "s-1"},
+		{Namespace: "team-a", Agent: "support", AgentUID: "uid-of-a-new-support", Session: "s-1"},
+	} {
 		if th.hub.End(k).Seq != 0 {
 			t.Errorf("%+v has events", k)
 		}
 	}
-	a := hub.Key{Namespace: "team-a", Agent: "support", Session: "s-1"}
+	a := keyOf(testAgent, "s-1")
 	if got := th.hub.End(a); got.Seq != 1 {
 		t.Errorf("team-a's session has %d events, want 1", got.Seq)
 	}
-	// Reading takes the read token.
-	bad := NewReader(th.url, aToken, nil)
+	// Reading takes a read token; a publish token cannot read.
+	bad := NewReader(th.url, func() string { return aToken }, nil)
 	if _, err := bad.Position(context.Background(), a, ""); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("reading with a publish token: %v, want 401", err)
 	}
@@ -188,9 +217,124 @@ func TestTokensKeepAgentsApartAndOnlyGatewaysRead(t *testing.T) {
 	}
 }
 
+func TestKeysAndReadTokensChangeWithNoDowntime(t *testing.T) {
+	oldKeys, _ := ParsePublishKeys([]byte("old:an old publish key of 32 bytes or more"))
+	both, _ := ParsePublishKeys([]byte("new:a new publish key, 32 bytes or more\nold:an old publish key of 32 bytes or more"))
+	newOnly, _ := ParsePublishKeys([]byte("new:a new publish key, 32 bytes or more"))
+	oldRead, _ := ParseReadTokens([]byte("an old read token of 32 bytes or more"))
+	bothRead, _ := ParseReadTokens([]byte("a new read token of 32 bytes or more!\nan old read token of 32 bytes or more"))
+	var keys atomic.Pointer[PublishKeys]
+	var readers atomic.Pointer[ReadTokens]
+	keys.Store(oldKeys)
+	readers.Store(oldRead)
+	th := startHub(t, hub.Limits{}, func(o *ServerOptions) { o.PublishKeys, o.ReadTokens = keys.Load, readers.Load })
+	now := time.Now()
+	oldToken, _ := oldKeys.Renew("", testAgent, now, time.Hour)
+	publish := func(token string) error {
+		return post(context.Background(), http.DefaultClient, th.url, token, PublishRequest{Events: []PublishedEvent{{Session: "s-1", Event: delta("t1", "a")}}})
+	}
+	if err := publish(oldToken); err != nil {
+		t.Fatal(err)
+	}
+	// The new key signs; tokens of the old one are valid until renewed.
+	keys.Store(both)
+	readers.Store(bothRead)
+	if err := publish(oldToken); err != nil {
+		t.Errorf("a token of the old key during the change: %v", err)
+	}
+	newToken, _ := both.Renew(oldToken, testAgent, now, time.Hour)
+	if newToken == oldToken || strings.Split(newToken, ".")[1] != "new" {
+		t.Fatalf("Renew kept a token of the old key: %s", newToken)
+	}
+	if err := publish(newToken); err != nil {
+		t.Errorf("a token of the new key: %v", err)
+	}
+	for _, token := range []string{oldRead.Current(), bothRead.Current()} {
+		if _, err := NewReader(th.url, func() string { return token }, nil).Position(context.Background(), keyOf(testAgent, "s-1"), ""); err != nil {
+			t.Errorf("read token %q during the change: %v", token[:6], err)
+		}
+	}
+	// The old key gone, its tokens go with it.
+	keys.Store(newOnly)
+	if err := publish(oldToken); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a token of a removed key: %v, want 401", err)
+	}
+	if err := publish(newToken); err != nil {
+		t.Errorf("the new token after the change: %v", err)
+	}
+}
+
+func TestRenewKeepsATokenUntilAThirdOfItsLifeIsLeft(t *testing.T) {
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	first, renewAt := testKeys.Renew("", testAgent, now, 30*time.Hour)
+	if want := now.Add(20 * time.Hour); !renewAt.Equal(want) {
+		t.Errorf("renewAt = %s, want %s", renewAt, want)
+	}
+	if kept, _ := testKeys.Renew(first, testAgent, now.Add(19*time.Hour), 30*time.Hour); kept != first {
+		t.Error("a token with over a third of its life left was renewed")
+	}
+	renewed, next := testKeys.Renew(first, testAgent, now.Add(21*time.Hour), 30*time.Hour)
+	if renewed == first || !next.Equal(now.Add(41*time.Hour)) {
+		t.Errorf("a token near its expiry: kept=%v, next renewal %s", renewed == first, next)
+	}
+	recreated := testAgent
+	recreated.AgentUID = "uid-of-a-new-support"
+	if got, _ := testKeys.Renew(first, recreated, now, 30*time.Hour); got == first {
+		t.Error("an Agent made again under the name kept the old Agent's token")
+	}
+	if got, _ := testKeys.Renew("garbage", testAgent, now, 30*time.Hour); got == "garbage" {
+		t.Error("Renew kept a token that is not one")
+	}
+}
+
+func TestCredentialFilesAreCheckedAndReread(t *testing.T) {
+	for name, data := range map[string]string{
+		"no key":           "# nothing\n",
+		"no ID":            "0123456789abcdef0123456789abcdef",
+		"a bad ID":         "K/1:0123456789abcdef0123456789abcdef",
+		"a short key":      "k1:short",
+		"an ID used twice": "k1:0123456789abcdef0123456789abcdef\nk1:0123456789abcdef0123456789abcdeX",
+	} {
+		if _, err := ParsePublishKeys([]byte(data)); err == nil {
+			t.Errorf("publish keys with %s were accepted", name)
+		}
+	}
+	if _, err := ParseReadTokens([]byte("short")); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Errorf("a short read token: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("the first read token, 32 bytes or more"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src, err := LoadFile(path, ParseReadTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	src.now = func() time.Time { return clock }
+	if err := os.WriteFile(path, []byte("the second read token, 32 bytes or more"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := src.Get().Current(); !strings.HasPrefix(got, "the first") {
+		t.Errorf("reread before its interval: %q", got)
+	}
+	clock = clock.Add(rereadEvery)
+	if got := src.Get().Current(); !strings.HasPrefix(got, "the second") {
+		t.Errorf("after the interval: %q, want the new token", got)
+	}
+	// A bad write keeps the last good token.
+	if err := os.WriteFile(path, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(rereadEvery)
+	if got := src.Get().Current(); !strings.HasPrefix(got, "the second") {
+		t.Errorf("after a bad write: %q, want the last good token", got)
+	}
+}
+
 func TestThePublishRouteRefusesBadBatches(t *testing.T) {
 	th := startHub(t, hub.Limits{})
-	token := th.keys.PublishToken("team-a", "support")
+	token := tokenOf(testAgent)
 	event := func(session, typ string) string {
 		return fmt.Sprintf(`{"session":%q,"event":{"type":%q,"payload":{}}}`, session, typ)
 	}
@@ -223,14 +367,14 @@ func TestThePublishRouteRefusesBadBatches(t *testing.T) {
 			}
 		})
 	}
-	if th.hub.End(hub.Key{Namespace: "team-a", Agent: "support", Session: "s"}).Seq != 0 {
+	if th.hub.End(keyOf(testAgent, "s")).Seq != 0 {
 		t.Error("a refused batch left events in the hub")
 	}
 }
 
 func TestReadersAreToldWhichTokensTheHubRefuses(t *testing.T) {
 	th := startHub(t, hub.Limits{SessionBytes: 1000})
-	k := hub.Key{Namespace: "team-a", Agent: "support", Session: "s-1"}
+	k := keyOf(testAgent, "s-1")
 	start := th.hub.End(k).String()
 	for range 50 {
 		th.hub.Publish(k, []session.Event{delta("t1", "xxxxxxxxxxxxxxxxxxxx")})
@@ -239,7 +383,7 @@ func TestReadersAreToldWhichTokensTheHubRefuses(t *testing.T) {
 	if _, err := r.Events(context.Background(), k, start, 0); !errors.Is(err, hub.ErrExpiredToken) {
 		t.Errorf("a token before dropped events: %v, want hub.ErrExpiredToken", err)
 	}
-	for _, tok := range []string{"", "garbage", th.hub.End(hub.Key{Namespace: "team-a", Agent: "support", Session: "s-2"}).String()} {
+	for _, tok := range []string{"", "garbage", th.hub.End(keyOf(testAgent, "s-2")).String()} {
 		if _, err := r.Events(context.Background(), k, tok, 0); !errors.Is(err, hub.ErrInvalidToken) {
 			t.Errorf("token %q: %v, want hub.ErrInvalidToken", tok, err)
 		}
@@ -269,9 +413,9 @@ func TestReadersAreToldWhichTokensTheHubRefuses(t *testing.T) {
 func TestAPublisherKeepsItsEventsWhileTheHubIsDown(t *testing.T) {
 	th := startHub(t, hub.Limits{})
 	th.failing.Store(true)
-	k := hub.Key{Namespace: "team-a", Agent: "support", Session: "s-1"}
+	k := keyOf(testAgent, "s-1")
 	start := th.hub.End(k).String()
-	p := NewPublisher(th.url, th.keys.PublishToken("team-a", "support"), PublisherOptions{Interval: 20 * time.Millisecond})
+	p := NewPublisher(th.url, tokenOf(testAgent), PublisherOptions{Interval: 20 * time.Millisecond})
 	runPublisher(t, p)
 	for _, s := range []string{"a", "b", "c"} {
 		p.Write("s-1", delta("t1", s))
@@ -291,7 +435,7 @@ func TestAPublisherKeepsItsEventsWhileTheHubIsDown(t *testing.T) {
 func TestAPublishersQueueIsBounded(t *testing.T) {
 	th := startHub(t, hub.Limits{})
 	one := publishedSize(PublishedEvent{Session: "s-1", Event: delta("t1", "a")})
-	p := NewPublisher(th.url, th.keys.PublishToken("team-a", "support"), PublisherOptions{QueueBytes: one * 5})
+	p := NewPublisher(th.url, tokenOf(testAgent), PublisherOptions{QueueBytes: one * 5})
 	for range 8 {
 		p.Write("s-1", delta("t1", "a"))
 	}
@@ -299,7 +443,7 @@ func TestAPublishersQueueIsBounded(t *testing.T) {
 	if p.Dropped() != 4 {
 		t.Errorf("dropped %d, want the 3 oldest past the bound and the event too large to send", p.Dropped())
 	}
-	k := hub.Key{Namespace: "team-a", Agent: "support", Session: "s-1"}
+	k := keyOf(testAgent, "s-1")
 	start := th.hub.End(k).String()
 	runPublisher(t, p)
 	readUntil(t, th.reader(), k, start, "aaaaa")
@@ -307,9 +451,9 @@ func TestAPublishersQueueIsBounded(t *testing.T) {
 
 func TestAStoppingPublisherSendsWhatIsQueued(t *testing.T) {
 	th := startHub(t, hub.Limits{})
-	k := hub.Key{Namespace: "team-a", Agent: "support", Session: "s-1"}
+	k := keyOf(testAgent, "s-1")
 	start := th.hub.End(k).String()
-	p := NewPublisher(th.url, th.keys.PublishToken("team-a", "support"), PublisherOptions{Interval: time.Hour})
+	p := NewPublisher(th.url, tokenOf(testAgent), PublisherOptions{Interval: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { p.Run(ctx) })
@@ -319,8 +463,97 @@ func TestAStoppingPublisherSendsWhatIsQueued(t *testing.T) {
 	readUntil(t, th.reader(), k, start, "last words")
 }
 
-func TestAKeyIsLongEnough(t *testing.T) {
-	if _, err := NewKeyring([]byte("short")); err == nil || !strings.Contains(err.Error(), "at least 32") {
-		t.Errorf("NewKeyring(short) = %v", err)
+func TestAFloodFromOneAgentDropsOnlyItsOwnEvents(t *testing.T) {
+	limits := hub.Limits{AgentBytes: 512 << 10, NamespaceBytes: 1 << 20, TotalBytes: 3 << 20 / 2}
+	th := startHub(t, limits, func(o *ServerOptions) {
+		o.Rate = PublishRate{EventsPerSecond: 1000, BytesPerSecond: 1 << 20}
+	})
+	flooder := PublishClaims{Namespace: "team-a", Agent: "flood", AgentUID: "uid-flood"}
+	quiet := PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-b"}
+	neighbour := PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-a"}
+	r := th.reader()
+	quietStart, err := r.Position(context.Background(), keyOf(quiet, "s-1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neighbourKey := keyOf(neighbour, "s-1")
+	th.hub.Publish(neighbourKey, []session.Event{delta("t1", "kept")})
+	neighbourStart := th.hub.TurnStart(neighbourKey, "t1").String()
+
+	// The flood: 12 MiB of events over many sessions, as fast as the hub
+	// takes them, while the quiet namespace streams on.
+	var limited atomic.Int64
+	flood := tokenOf(flooder)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		big := strings.Repeat("x", 128<<10)
+		for i := range 96 {
+			err := post(context.Background(), http.DefaultClient, th.url, flood, PublishRequest{Events: []PublishedEvent{
+				{Session: fmt.Sprintf("f-%d", i), Event: delta("t1", big)},
+			}})
+			var status *statusError
+			if errors.As(err, &status) && status.code == http.StatusTooManyRequests {
+				limited.Add(1)
+			} else if err != nil {
+				t.Errorf("flood publish: %v", err)
+				return
+			}
+		}
+	})
+	p := NewPublisher(th.url, tokenOf(quiet), PublisherOptions{Interval: 5 * time.Millisecond})
+	runPublisher(t, p)
+	want := ""
+	for i := range 100 {
+		want += fmt.Sprint(i % 10)
+		p.Write("s-1", delta("t1", fmt.Sprint(i%10)))
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	// Every event of the quiet stream is there, in order, from its start.
+	readUntil(t, r, keyOf(quiet, "s-1"), quietStart.End, want)
+	if limited.Load() == 0 {
+		t.Error("12 MiB at once from one Agent was never answered 429")
+	}
+	if bytes, _ := th.hub.Usage("team-a"); bytes > limits.NamespaceBytes {
+		t.Errorf("team-a holds %d bytes, over its %d", bytes, limits.NamespaceBytes)
+	}
+	if total := th.hub.TotalBytes(); total > limits.TotalBytes {
+		t.Errorf("the hub holds %d bytes, over its %d", total, limits.TotalBytes)
+	}
+	// The flooder's neighbour in its own namespace lost nothing either: the
+	// flooder is over its Agent's bytes first and drops its own sessions.
+	if _, err := r.Events(context.Background(), neighbourKey, neighbourStart, 0); err != nil {
+		t.Errorf("the flooding Agent's neighbour lost its events: %v", err)
+	}
+}
+
+func TestAnAgentOverItsRateIsToldWhenToSendAgain(t *testing.T) {
+	th := startHub(t, hub.Limits{}, func(o *ServerOptions) {
+		o.Rate = PublishRate{EventsPerSecond: 1, BytesPerSecond: 1 << 30}
+	})
+	many := make([]PublishedEvent, MaxPublishEvents)
+	for i := range many {
+		many[i] = PublishedEvent{Session: "s-1", Event: delta("t1", "a")}
+	}
+	send := func(c PublishClaims) (int, string) {
+		body, _ := json.Marshal(PublishRequest{Events: many})
+		req, _ := http.NewRequest(http.MethodPost, th.url+PublishPath, strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer "+tokenOf(c))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	if status, _ := send(testAgent); status != http.StatusNoContent {
+		t.Fatalf("the first batch within the burst: %d", status)
+	}
+	if status, retry := send(testAgent); status != http.StatusTooManyRequests || retry == "" {
+		t.Errorf("a batch past the burst: %d, Retry-After %q; want 429 with Retry-After", status, retry)
+	}
+	other := PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-b"}
+	if status, _ := send(other); status != http.StatusNoContent {
+		t.Errorf("another Agent, under its own rate: %d", status)
 	}
 }

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -72,19 +76,147 @@ type PositionResponse struct {
 // ErrorResponse is every refusal's body.
 type ErrorResponse struct {
 	// Reason is stable: invalid_token, expired_token, bad_request,
-	// unauthorized.
+	// unauthorized, rate_limited.
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+}
+
+// PublishRate bounds what one Agent's workers may publish, together: a
+// steady rate and a burst, in events and in request bytes. A worker over it
+// is answered 429 with Retry-After and sends again later.
+type PublishRate struct {
+	EventsPerSecond float64
+	EventBurst      int
+	BytesPerSecond  float64
+	ByteBurst       int
+	// Concurrent is how many publish requests of one Agent the hub reads
+	// at once.
+	Concurrent int
+}
+
+// DefaultPublishRate lets an Agent stream a few hundred sessions' text at
+// once while one Agent alone cannot fill the hub faster than it drops.
+var DefaultPublishRate = PublishRate{
+	EventsPerSecond: 5_000, EventBurst: 2 * MaxPublishEvents,
+	BytesPerSecond: 4 << 20, ByteBurst: 4 * MaxPublishBytes,
+	Concurrent: 2,
+}
+
+// maxConcurrentPublishes bounds the publish bodies the hub holds at once,
+// whoever sends them, so its memory beyond the events it keeps is bounded.
+const maxConcurrentPublishes = 16
+
+// ServerOptions say whom a hub serves.
+type ServerOptions struct {
+	// PublishKeys check the workers' publish tokens.
+	PublishKeys func() *PublishKeys
+	// ReadTokens check the gateways' read tokens.
+	ReadTokens func() *ReadTokens
+	// Rate bounds each Agent's publishing; zero fields take
+	// DefaultPublishRate's.
+	Rate PublishRate
+	// Now is the clock tokens expire by; nil is time.Now.
+	Now func() time.Time
 }
 
 // Server serves one hub.
 type Server struct {
 	hub  *hub.Hub
-	keys *Keyring
+	opts ServerOptions
+	// publishing bounds the publish bodies read at once.
+	publishing chan struct{}
+
+	mu       sync.Mutex
+	limiters map[PublishClaims]*agentLimiter
 }
 
-// NewServer serves h to holders of tokens from keys.
-func NewServer(h *hub.Hub, keys *Keyring) *Server { return &Server{hub: h, keys: keys} }
+type agentLimiter struct {
+	events, bytes *rate.Limiter
+	inFlight      int
+	used          time.Time
+}
+
+// NewServer serves h to holders of the tokens opts checks.
+func NewServer(h *hub.Hub, opts ServerOptions) *Server {
+	def := DefaultPublishRate
+	if opts.Rate.EventsPerSecond <= 0 {
+		opts.Rate.EventsPerSecond, opts.Rate.EventBurst = def.EventsPerSecond, def.EventBurst
+	}
+	if opts.Rate.BytesPerSecond <= 0 {
+		opts.Rate.BytesPerSecond, opts.Rate.ByteBurst = def.BytesPerSecond, def.ByteBurst
+	}
+	// A request the burst can never cover would wait forever.
+	opts.Rate.EventBurst = max(opts.Rate.EventBurst, MaxPublishEvents)
+	opts.Rate.ByteBurst = max(opts.Rate.ByteBurst, MaxPublishBytes)
+	if opts.Rate.Concurrent <= 0 {
+		opts.Rate.Concurrent = def.Concurrent
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Server{hub: h, opts: opts, publishing: make(chan struct{}, maxConcurrentPublishes), limiters: map[PublishClaims]*agentLimiter{}}
+}
+
+// limiterIdle is how long an Agent's limiter is kept after its last
+// publish; a new one starts with a full burst.
+const limiterIdle = 10 * time.Minute
+
+// enter admits one publish request of an Agent, or says how long to wait.
+func (s *Server) enter(agent PublishClaims, now time.Time) (release func(), retryAfter time.Duration) {
+	agent.Expires = time.Time{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.limiters[agent]
+	if l == nil {
+		if len(s.limiters) >= 1024 {
+			for k, v := range s.limiters {
+				if v.inFlight == 0 && now.Sub(v.used) > limiterIdle {
+					delete(s.limiters, k)
+				}
+			}
+		}
+		l = &agentLimiter{
+			events: rate.NewLimiter(rate.Limit(s.opts.Rate.EventsPerSecond), s.opts.Rate.EventBurst),
+			bytes:  rate.NewLimiter(rate.Limit(s.opts.Rate.BytesPerSecond), s.opts.Rate.ByteBurst),
+		}
+		s.limiters[agent] = l
+	}
+	l.used = now
+	if l.inFlight >= s.opts.Rate.Concurrent {
+		return nil, time.Second
+	}
+	if l.events.TokensAt(now) < 1 || l.bytes.TokensAt(now) < 1 {
+		return nil, retryAfterOf(l, now)
+	}
+	l.inFlight++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		l.inFlight--
+	}, 0
+}
+
+// charge takes what a read request carried from its Agent's allowance; the
+// debt makes the next request wait.
+func (s *Server) charge(agent PublishClaims, now time.Time, events, bytes int) {
+	agent.Expires = time.Time{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.limiters[agent]; l != nil {
+		l.events.ReserveN(now, min(events, s.opts.Rate.EventBurst))
+		l.bytes.ReserveN(now, min(bytes, s.opts.Rate.ByteBurst))
+	}
+}
+
+func retryAfterOf(l *agentLimiter, now time.Time) time.Duration {
+	wait := time.Second
+	for _, lim := range []*rate.Limiter{l.events, l.bytes} {
+		if lack := 1 - lim.TokensAt(now); lack > 0 {
+			wait = max(wait, time.Duration(math.Ceil(lack/float64(lim.Limit())))*time.Second)
+		}
+	}
+	return wait
+}
 
 // Handler returns the hub's routes.
 func (s *Server) Handler() http.Handler {
@@ -118,13 +250,29 @@ func refuse(w http.ResponseWriter, status int, reason, message string) {
 }
 
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
-	namespace, agent, err := s.keys.checkPublish(bearer(r.Header.Get("Authorization")))
+	now := s.opts.Now()
+	claims, err := s.opts.PublishKeys().Check(bearer(r.Header.Get("Authorization")), now)
 	if err != nil {
 		refuse(w, http.StatusUnauthorized, "unauthorized", err.Error())
 		return
 	}
+	release, retryAfter := s.enter(claims, now)
+	if release == nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter.Seconds())))
+		refuse(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf(
+			"Agent %s/%s publishes more than the event hub takes from one Agent; send again in %s", claims.Namespace, claims.Agent, retryAfter))
+		return
+	}
+	defer release()
+	select {
+	case s.publishing <- struct{}{}:
+		defer func() { <-s.publishing }()
+	case <-r.Context().Done():
+		return
+	}
+	body := &countingReader{r: http.MaxBytesReader(w, r.Body, MaxPublishBytes)}
+	defer func() { s.charge(claims, now, body.events, body.n) }()
 	var req PublishRequest
-	body := http.MaxBytesReader(w, r.Body, MaxPublishBytes)
 	if err := json.NewDecoder(body).Decode(&req); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -148,12 +296,13 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	body.events = len(req.Events)
 	// Keep each session's events in the order the worker wrote them.
 	var batch []session.Event
 	for i, e := range req.Events {
 		batch = append(batch, e.Event)
 		if i+1 == len(req.Events) || req.Events[i+1].Session != e.Session {
-			s.hub.Publish(hub.Key{Namespace: namespace, Agent: agent, Session: e.Session}, batch)
+			s.hub.Publish(hub.Key{Namespace: claims.Namespace, Agent: claims.Agent, AgentUID: claims.AgentUID, Session: e.Session}, batch)
 			batch = nil
 		}
 	}
@@ -162,14 +311,14 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 
 // sessionKey reads the session a read names, after the reader's token.
 func (s *Server) sessionKey(w http.ResponseWriter, r *http.Request) (hub.Key, bool) {
-	if err := s.keys.checkRead(bearer(r.Header.Get("Authorization"))); err != nil {
+	if err := s.opts.ReadTokens().Check(bearer(r.Header.Get("Authorization"))); err != nil {
 		refuse(w, http.StatusUnauthorized, "unauthorized", err.Error())
 		return hub.Key{}, false
 	}
 	q := r.URL.Query()
-	k := hub.Key{Namespace: q.Get("namespace"), Agent: q.Get("agent"), Session: q.Get("session")}
-	if k.Namespace == "" || k.Agent == "" || k.Session == "" {
-		refuse(w, http.StatusBadRequest, "bad_request", "namespace, agent and session are required")
+	k := hub.Key{Namespace: q.Get("namespace"), Agent: q.Get("agent"), AgentUID: q.Get("uid"), Session: q.Get("session")}
+	if k.Namespace == "" || k.Agent == "" || k.AgentUID == "" || k.Session == "" {
+		refuse(w, http.StatusBadRequest, "bad_request", "namespace, agent, uid and session are required")
 		return hub.Key{}, false
 	}
 	return k, true
@@ -223,4 +372,17 @@ func (s *Server) position(w http.ResponseWriter, r *http.Request) {
 		resp.TurnStart = s.hub.TurnStart(k, turn).String()
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// countingReader counts the bytes of a publish request as they are read.
+type countingReader struct {
+	r      interface{ Read([]byte) (int, error) }
+	n      int
+	events int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }

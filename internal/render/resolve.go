@@ -6,6 +6,8 @@
 package render
 
 import (
+	"time"
+
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
@@ -57,12 +59,15 @@ type TracingEndpoint struct {
 	Protocol string
 }
 
-// EventHub is the event hub workers publish to, and the keyring the
-// operator derives each Agent's publish token from.
+// EventHub is the event hub workers publish to, and the keys the operator
+// signs each Agent's publish token with.
 type EventHub struct {
 	// URL is the hub's base URL as workers reach it.
-	URL  string
-	Keys *hubapi.Keyring
+	URL string
+	// Keys returns the current publish keys.
+	Keys func() *hubapi.PublishKeys
+	// TokenLifetime is how long a publish token is valid.
+	TokenLifetime time.Duration
 }
 
 // Observed is what the controller read from the API server for one Agent.
@@ -152,6 +157,9 @@ type Resolved struct {
 	SecretDigests []SecretKeyDigest
 	// EventHub is the operator's event hub, nil when it has none.
 	EventHub *EventHub
+	// EventHubToken is the Agent's publish token for EventHub, which the
+	// controller signs or keeps: render itself reads no clock.
+	EventHubToken string
 	// Tracing is the operator's default OTLP receiver, nil when it has
 	// none.
 	Tracing *TracingEndpoint

@@ -251,7 +251,10 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 	secretDigests := r.SecretDigests
 	var hubSecret *corev1ac.SecretApplyConfiguration
 	if hub := r.EventHub; hub != nil {
-		token := hub.Keys.PublishToken(r.Agent.Namespace, r.Agent.Name)
+		token := r.EventHubToken
+		if token == "" {
+			return nil, errors.New("the Agent has an event hub but no publish token was signed for it")
+		}
 		name := EventHubSecretName(r.Agent.Name)
 		cfg.EventHub = &workerconfig.EventHub{URL: hub.URL, Token: *envs.ref(name, EventHubTokenKey)}
 		hubSecret = corev1ac.Secret(name, r.Agent.Namespace).
@@ -259,7 +262,7 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 			WithOwnerReferences(ownerReference(r.Agent)).
 			WithType(corev1.SecretTypeOpaque).
 			WithData(map[string][]byte{EventHubTokenKey: []byte(token)})
-		// A new hub key rolls the workers, which read the token at start.
+		// A new token rolls the workers, which read it at start.
 		sum := sha256.Sum256([]byte(token))
 		secretDigests = append(slices.Clip(secretDigests), SecretKeyDigest{Secret: name, Key: EventHubTokenKey, SHA256: hex.EncodeToString(sum[:])})
 	}

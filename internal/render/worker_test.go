@@ -18,7 +18,6 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -490,51 +489,52 @@ func TestStopTimeoutFollowsTheLongestStepTheAgentAllows(t *testing.T) {
 
 func TestRenderEventHubToken(t *testing.T) {
 	agent := testAgent()
-	keyring := func(key string) *hubapi.Keyring {
-		k, err := hubapi.NewKeyring([]byte(key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	renderWith := func(hub *EventHub) *WorkerObjects {
+	renderWith := func(hub *EventHub, token string) (*WorkerObjects, error) {
 		defaults := testDefaults
 		defaults.EventHub = hub
 		resolved, blocker := Resolve(agent, observed(), defaults)
 		if blocker != nil {
 			t.Fatalf("Resolve() blocked: %v", blocker)
 		}
-		w, err := Worker(resolved)
-		if err != nil {
-			t.Fatalf("Worker() = %v", err)
-		}
-		return w
+		resolved.EventHubToken = token
+		return Worker(resolved)
 	}
 	const url = "http://hub.stepwise-system.svc:8090"
-	first := keyring("the first event hub key, 32 bytes or more")
-	withHub := renderWith(&EventHub{URL: url, Keys: first})
-	rekeyed := renderWith(&EventHub{URL: url, Keys: keyring("the second event hub key, 32 bytes or more")})
-	without := renderWith(nil)
+	hub := &EventHub{URL: url}
+	withHub, err := renderWith(hub, "the first token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := renderWith(hub, "the renewed token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := renderWith(nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renderWith(hub, ""); err == nil {
+		t.Error("an Agent with an event hub and no signed token rendered")
+	}
 
 	if without.EventHubSecret != nil || without.Config.EventHub != nil {
 		t.Error("an operator without an event hub rendered a token")
 	}
-	hub := withHub.Config.EventHub
-	if hub == nil || hub.URL != url || hub.Token.Secret != EventHubSecretName(agent.Name) || hub.Token.Key != EventHubTokenKey {
-		t.Fatalf("config eventHub = %+v", hub)
+	cfg := withHub.Config.EventHub
+	if cfg == nil || cfg.URL != url || cfg.Token.Secret != EventHubSecretName(agent.Name) || cfg.Token.Key != EventHubTokenKey {
+		t.Fatalf("config eventHub = %+v", cfg)
 	}
-	token := first.PublishToken(agent.Namespace, agent.Name)
-	if got := string(withHub.EventHubSecret.Data[EventHubTokenKey]); got != token {
+	if got := string(withHub.EventHubSecret.Data[EventHubTokenKey]); got != "the first token" {
 		t.Errorf("the Secret holds %q, not the Agent's publish token", got)
 	}
-	if strings.Contains(string(withHub.ConfigDocument), token) {
+	if strings.Contains(string(withHub.ConfigDocument), "the first token") {
 		t.Error("the config document holds the token")
 	}
-	if !slices.Contains(envNames(withHub.Deployment.Spec.Template.Spec.Containers[0].Env), hub.Token.Env) {
-		t.Errorf("the worker gets no %s", hub.Token.Env)
+	if !slices.Contains(envNames(withHub.Deployment.Spec.Template.Spec.Containers[0].Env), cfg.Token.Env) {
+		t.Errorf("the worker gets no %s", cfg.Token.Env)
 	}
-	if rekeyed.ConfigDigest == withHub.ConfigDigest {
-		t.Error("a new hub key did not change the digest, so workers would keep the old token")
+	if renewed.ConfigDigest == withHub.ConfigDigest {
+		t.Error("a renewed token did not change the digest, so workers would keep the old token")
 	}
 }
 

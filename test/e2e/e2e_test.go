@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,17 +67,23 @@ func TestOperatorOnRealPods(t *testing.T) {
 	}
 }
 
-// hubKey reads the event hub key the chart keeps.
-func hubKey(t *testing.T) string {
+// hubCredentials reads the event hub's publish keys and read tokens, which
+// the chart makes once and keeps.
+func hubCredentials(t *testing.T) string {
 	t.Helper()
-	var secret corev1.Secret
-	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: "stepwise-event-hub-key"}, &secret); err != nil {
-		t.Fatal(err)
+	var out []string
+	for name, key := range map[string]string{"stepwise-event-hub-publish-keys": "keys", "stepwise-event-hub-read-tokens": "tokens"} {
+		var secret corev1.Secret
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: name}, &secret); err != nil {
+			t.Fatal(err)
+		}
+		if len(secret.Data[key]) < 32 {
+			t.Fatalf("Secret %s holds %d bytes under %s", name, len(secret.Data[key]), key)
+		}
+		out = append(out, string(secret.Data[key]))
 	}
-	if len(secret.Data["key"]) < 32 {
-		t.Fatalf("the event hub key has %d bytes", len(secret.Data["key"]))
-	}
-	return string(secret.Data["key"])
+	slices.Sort(out)
+	return strings.Join(out, "\n")
 }
 
 // readyPodIP waits for one Ready pod with these labels, none terminating,

@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -110,16 +112,22 @@ func installPreviousRelease(t *testing.T) {
 // one waiting for approval after its approval, and the shared names are
 // retired. No export runs twice.
 func upgradeFromPreviousRelease(t *testing.T) {
-	key := hubKey(t)
 	kubectl(t, "apply", "--server-side", "--force-conflicts", "-f", "../../charts/stepwise/crds/")
 	// The values given at install are kept, on this chart's defaults.
 	helm(t, "upgrade", "stepwise", thisChart, "--namespace", operatorNamespace, "--reset-then-reuse-values",
 		"--set", "image.tag="+cfg.version, "--set", "gateway.image.tag=", "--set", "tenancy.namespaceEngines=true",
 		"--wait", "--timeout", wait.String())
+	// The single hub key of the previous release, from which any Agent's
+	// publish token could be derived, is gone; the keys that replace it
+	// are kept across upgrades.
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: "stepwise-event-hub-key"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the previous release's event hub key Secret: %v, want it deleted", err)
+	}
+	credentials := hubCredentials(t)
 	// The event hub runs the new gateway image in a new pod, at a new address.
 	pointAtEventHub(t, thisChart)
-	if hubKey(t) != key {
-		t.Fatal("helm upgrade made a new event hub key; it must keep the one the install made")
+	if hubCredentials(t) != credentials {
+		t.Fatal("helm upgrade made new event hub credentials; it must keep the ones the first upgrade made")
 	}
 	checkChartImages(t)
 

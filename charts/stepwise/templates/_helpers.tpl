@@ -73,14 +73,24 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "http://%s.%s.svc:%v" (include "stepwise.eventHubName" .) .Release.Namespace .Values.eventHub.port) .Values.eventHub.url }}
 {{- end }}
 
-{{/* The Secret holding the event hub key, under the key `key`. */}}
-{{- define "stepwise.eventHubKeySecret" -}}
-{{- default (printf "%s-event-hub-key" (include "stepwise.fullname" .)) .Values.eventHub.keySecret }}
+{{/*
+The event hub's two credentials, apart so each pod mounts only its own: the
+publish keys (key `keys`), which sign the workers' tokens, for the operator
+and the hub; the read tokens (key `tokens`), for the gateway and the hub.
+*/}}
+{{- define "stepwise.eventHubPublishKeysSecret" -}}
+{{- default (printf "%s-event-hub-publish-keys" (include "stepwise.fullname" .)) .Values.eventHub.publishKeysSecret }}
+{{- end }}
+{{- define "stepwise.eventHubReadTokensSecret" -}}
+{{- default (printf "%s-event-hub-read-tokens" (include "stepwise.fullname" .)) .Values.eventHub.readTokensSecret }}
 {{- end }}
 
-{{/* Where pods mount the event hub key. */}}
-{{- define "stepwise.eventHubKeyDir" -}}
-/etc/stepwise/event-hub
+{{/* Where pods mount the event hub's publish keys and read tokens. */}}
+{{- define "stepwise.eventHubPublishKeysDir" -}}
+/etc/stepwise/event-hub-publish-keys
+{{- end }}
+{{- define "stepwise.eventHubReadTokensDir" -}}
+/etc/stepwise/event-hub-read-tokens
 {{- end }}
 
 {{/*
