@@ -28,6 +28,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/serving"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -154,17 +155,20 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	return gateway.New(opts).Handler(), engines.Close, nil
 }
 
-// serve runs one HTTP server per address until ctx ends, then lets each
-// finish its requests for a few seconds; event streams end then, and
-// browsers resume them on another replica.
+// serve runs one HTTP server per address, each within serving's limits,
+// until ctx ends, then lets each finish its requests for a few seconds;
+// event streams end then, and browsers resume them on another replica.
 func serve(ctx context.Context, logger *slog.Logger, servers map[string]http.Handler) error {
 	errs := make(chan error, len(servers))
-	var running []*http.Server
+	var running []*serving.Server
 	for addr, handler := range servers {
-		srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+		srv, err := serving.Listen(ctx, addr, handler, serving.DefaultLimits)
+		if err != nil {
+			return fmt.Errorf("serving %s: %w", addr, err)
+		}
 		running = append(running, srv)
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("serving %s: %w", addr, err)
 			}
 		}()
@@ -178,7 +182,7 @@ func serve(ctx context.Context, logger *slog.Logger, servers map[string]http.Han
 	defer cancel()
 	for _, srv := range running {
 		if serr := srv.Shutdown(shutdown); serr != nil {
-			logger.Warn("stopping a server", "addr", srv.Addr, "error", serr)
+			logger.Warn("stopping a server", "addr", srv.Addr().String(), "error", serr)
 		}
 	}
 	return err

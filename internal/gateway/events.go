@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/serving"
 )
 
 // Event is the data of one event frame. A Step execution's text may come
@@ -72,6 +73,9 @@ func (s *Server) events(c *call) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache, no-store")
 	h.Set("X-Accel-Buffering", "no")
+	// The server's read and write timeouts would end the stream; each write
+	// below gets a deadline of its own instead.
+	serving.Stream(c.w)
 	c.w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(c.w)
 	authorized := time.Now()

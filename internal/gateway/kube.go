@@ -233,6 +233,7 @@ type KubernetesAuthorizer struct {
 	audiences authenticator.Audiences
 	tokens    authenticator.Token
 	access    authorizer.Authorizer
+	gate      *reviewGate
 }
 
 // AuthorizerCache is how long the Kubernetes authorizer keeps answers.
@@ -254,7 +255,14 @@ var reviewBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Ji
 
 // NewKubernetesAuthorizer reviews tokens and access through the API server
 // of cs. A token must be for one of audiences; none takes the API server's.
+// Tokens not accepted before are reviewed within DefaultReviewLimits.
 func NewKubernetesAuthorizer(cs kubernetes.Interface, audiences []string, ttl AuthorizerCache) (*KubernetesAuthorizer, error) {
+	return NewKubernetesAuthorizerWithLimits(cs, audiences, ttl, DefaultReviewLimits)
+}
+
+// NewKubernetesAuthorizerWithLimits is NewKubernetesAuthorizer with limits
+// of its own on reviews of unknown tokens.
+func NewKubernetesAuthorizerWithLimits(cs kubernetes.Interface, audiences []string, ttl AuthorizerCache, limits ReviewLimits) (*KubernetesAuthorizer, error) {
 	tokens, err := webhooktoken.NewFromInterface(cs.AuthenticationV1(), nil, reviewBackoff, 10*time.Second,
 		webhooktoken.AuthenticatorMetrics{RecordRequestTotal: func(context.Context, string) {}, RecordRequestLatency: func(context.Context, string, float64) {}})
 	if err != nil {
@@ -269,7 +277,8 @@ func NewKubernetesAuthorizer(cs kubernetes.Interface, audiences []string, ttl Au
 	if err != nil {
 		return nil, fmt.Errorf("creating the access reviewer: %w", err)
 	}
-	return &KubernetesAuthorizer{audiences: audiences, tokens: tokencache.New(tokens, false, ttl.Allowed, ttl.Denied), access: access}, nil
+	return &KubernetesAuthorizer{audiences: audiences, tokens: tokencache.New(tokens, false, ttl.Allowed, ttl.Denied), access: access,
+		gate: newReviewGate(limits, ttl.Allowed)}, nil
 }
 
 // Authenticate implements Authorizer.
@@ -289,7 +298,14 @@ func (k *KubernetesAuthorizer) authenticate(ctx context.Context, r *http.Request
 		// none of them as it would an invalid one.
 		ctx = authenticator.WithAudiences(ctx, k.audiences)
 	}
+	if !k.gate.admit(r, token) {
+		return nil, &httpError{status: http.StatusTooManyRequests, reason: "too_many_token_reviews",
+			message: "this client presented more unknown bearer tokens than the gateway reviews; send again in a few seconds"}
+	}
 	resp, ok, err := k.tokens.AuthenticateToken(ctx, token)
+	if ok {
+		k.gate.accepted(token)
+	}
 	switch {
 	case err != nil && reviewFailed(err):
 		return nil, reviewUnavailable("review the bearer token", err)

@@ -25,7 +25,9 @@ type Reader struct {
 // that token returns at each request.
 func NewReader(base string, token func() string, c *http.Client) *Reader {
 	if c == nil {
-		c = &http.Client{}
+		// A read waits at most MaxWait for an event; a hub that holds it
+		// longer is stuck.
+		c = &http.Client{Timeout: MaxWait + 15*time.Second}
 	}
 	return &Reader{base: base, token: token, http: c}
 }

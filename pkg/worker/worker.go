@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -49,6 +48,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/model/responses"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/searchattr"
+	"github.com/stepwise-run/stepwise/internal/serving"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/telemetry"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
@@ -422,32 +422,32 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	w := workerGroup(workers)
 
 	var ready atomic.Bool
-	server, listener, err := healthServer(cfg.HealthAddress, &ready)
+	server, err := healthServer(cfg.HealthAddress, &ready)
 	if err != nil {
 		return err
 	}
 	serveErr := make(chan error, 2)
 	go func() {
-		serveErr <- fmt.Errorf("serving health probes on %s: %w", cfg.HealthAddress, server.Serve(listener))
+		serveErr <- fmt.Errorf("serving health probes on %s: %w", cfg.HealthAddress, server.Serve())
 	}()
 	defer func() { _ = server.Close() }()
 	if metrics != nil {
-		metricsServer, metricsListener, err := listen("metrics", cfg.MetricsAddress, metricsMux(metrics.Handler()))
+		metricsServer, err := listen("metrics", cfg.MetricsAddress, metricsMux(metrics.Handler()))
 		if err != nil {
 			return err
 		}
 		go func() {
-			serveErr <- fmt.Errorf("serving metrics on %s: %w", cfg.MetricsAddress, metricsServer.Serve(metricsListener))
+			serveErr <- fmt.Errorf("serving metrics on %s: %w", cfg.MetricsAddress, metricsServer.Serve())
 		}()
 		defer func() { _ = metricsServer.Close() }()
 	}
 	if cfg.DebugAddress != "" {
-		debug, debugListener, err := debugServer(cfg.DebugAddress, ring)
+		debug, err := debugServer(cfg.DebugAddress, ring)
 		if err != nil {
 			return err
 		}
 		go func() {
-			serveErr <- fmt.Errorf("serving debug events on %s: %w", cfg.DebugAddress, debug.Serve(debugListener))
+			serveErr <- fmt.Errorf("serving debug events on %s: %w", cfg.DebugAddress, debug.Serve())
 		}()
 		defer func() { _ = debug.Close() }()
 	}
@@ -457,7 +457,7 @@ func Run(ctx context.Context, cfg workerconfig.Config, opts Options) error {
 	}
 	ready.Store(true)
 	logger.Info("worker started", "flowType", cfg.FlowType, "taskQueue", cfg.Engine.TaskQueue,
-		"taskSlots", cfg.TaskSlots, "engineVersion", version.EngineVersion, "health", listener.Addr().String())
+		"taskSlots", cfg.TaskSlots, "engineVersion", version.EngineVersion, "health", server.Addr().String())
 	select {
 	case <-ctx.Done():
 	case err := <-serveErr:
@@ -508,7 +508,7 @@ func (t teeEvents) Write(sessionID string, e session.Event) {
 
 // healthServer serves /healthz and /readyz (ready while the worker polls)
 // and nothing else: it listens where probes reach it, on the pod network.
-func healthServer(address string, ready *atomic.Bool) (*http.Server, net.Listener, error) {
+func healthServer(address string, ready *atomic.Bool) (*serving.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -528,9 +528,9 @@ func healthServer(address string, ready *atomic.Bool) (*http.Server, net.Listene
 // recent events from this worker's buffer, on a loopback address only:
 // events hold the session's text. A request without a session is refused,
 // so no one lists every session's events.
-func debugServer(address string, ring *events.Ring) (*http.Server, net.Listener, error) {
+func debugServer(address string, ring *events.Ring) (*serving.Server, error) {
 	if err := workerconfig.CheckLoopback(address); err != nil {
-		return nil, nil, fmt.Errorf("debugAddress: %w", err)
+		return nil, fmt.Errorf("debugAddress: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/events", func(w http.ResponseWriter, r *http.Request) {
@@ -560,13 +560,14 @@ func metricsMux(metrics http.Handler) http.Handler {
 	return mux
 }
 
-// listen starts listening for one of the worker's servers.
-func listen(what, address string, handler http.Handler) (*http.Server, net.Listener, error) {
-	listener, err := net.Listen("tcp", address)
+// listen starts listening for one of the worker's servers, within the
+// bounds of a port that only probes and scrapers call.
+func listen(what, address string, handler http.Handler) (*serving.Server, error) {
+	srv, err := serving.Listen(context.Background(), address, handler, serving.ProbeLimits)
 	if err != nil {
-		return nil, nil, fmt.Errorf("serving %s on %s: %w", what, address, err)
+		return nil, fmt.Errorf("serving %s on %s: %w", what, address, err)
 	}
-	return &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, listener, nil
+	return srv, nil
 }
 
 // Dial connects to Temporal as the configuration says: TLS with the given

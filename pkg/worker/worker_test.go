@@ -581,24 +581,24 @@ func get(t *testing.T, url string) (int, string) {
 
 func startHealthServer(t *testing.T, ready *atomic.Bool) string {
 	t.Helper()
-	server, listener, err := healthServer("127.0.0.1:0", ready)
+	server, err := healthServer("127.0.0.1:0", ready)
 	if err != nil {
 		t.Fatalf("healthServer() = %v", err)
 	}
-	go func() { _ = server.Serve(listener) }()
+	go func() { _ = server.Serve() }()
 	t.Cleanup(func() { _ = server.Close() })
-	return "http://" + listener.Addr().String()
+	return "http://" + server.Addr().String()
 }
 
 func startDebugServer(t *testing.T, ring *events.Ring) string {
 	t.Helper()
-	server, listener, err := debugServer("127.0.0.1:0", ring)
+	server, err := debugServer("127.0.0.1:0", ring)
 	if err != nil {
 		t.Fatalf("debugServer() = %v", err)
 	}
-	go func() { _ = server.Serve(listener) }()
+	go func() { _ = server.Serve() }()
 	t.Cleanup(func() { _ = server.Close() })
-	return "http://" + listener.Addr().String()
+	return "http://" + server.Addr().String()
 }
 
 func TestHealthServerAnswersHealthzAlways(t *testing.T) {
@@ -692,7 +692,7 @@ func TestDebugServerServesOneSessionsRecentEvents(t *testing.T) {
 
 func TestDebugServerRefusesAnAddressOffLoopback(t *testing.T) {
 	for _, address := range []string{":0", "0.0.0.0:0", "[::]:0"} {
-		if _, _, err := debugServer(address, events.NewRing(1<<20)); err == nil || !strings.Contains(err.Error(), "debugAddress") ||
+		if _, err := debugServer(address, events.NewRing(1<<20)); err == nil || !strings.Contains(err.Error(), "debugAddress") ||
 			!strings.Contains(err.Error(), "not a loopback address") {
 			t.Errorf("debugServer(%q) = %v, want a refusal naming debugAddress", address, err)
 		}
@@ -706,7 +706,7 @@ func TestHealthServerRefusesAnAddressInUse(t *testing.T) {
 	}
 	defer l.Close()
 	var ready atomic.Bool
-	_, _, err = healthServer(l.Addr().String(), &ready)
+	_, err = healthServer(l.Addr().String(), &ready)
 	if err == nil || !strings.Contains(err.Error(), "serving health probes on "+l.Addr().String()) {
 		t.Fatalf("healthServer() on an address in use = %v, want an error naming it", err)
 	}
