@@ -653,8 +653,10 @@ type WorkersSpec struct {
 	// +kubebuilder:validation:Maximum=10000
 	TaskSlots int32 `json:"taskSlots,omitempty"`
 
-	// Resources of the worker container. Dynamic resource claims are not
-	// supported.
+	// Resources of the worker container. What is left unset is defaulted:
+	// a request of 50m CPU and 128Mi of memory, and a memory limit of 1Gi,
+	// each kept within what is set (a request never above its limit).
+	// Dynamic resource claims are not supported.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.claims) || size(self.claims) == 0",message="resources.claims is not supported for workers"
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`

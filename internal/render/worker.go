@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -757,9 +758,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 			WithAllowPrivilegeEscalation(false).
 			WithReadOnlyRootFilesystem(true).
 			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
-	if res := resources(w.Resources); res != nil {
-		container.WithResources(res)
-	}
+	container.WithResources(resources(w.Resources))
 
 	pod := corev1ac.PodSpec().
 		WithServiceAccountName(serviceAccount).
@@ -899,11 +898,46 @@ func toleration(t *corev1.Toleration) *corev1ac.TolerationApplyConfiguration {
 
 // resources are the worker container's resources as the API server stores
 // them: it rounds quantities up to thousandths of a unit.
+// Worker resources where the Agent names none: a request the scheduler can
+// place many of, and a memory limit so one runaway worker cannot take its
+// node's memory. No CPU limit, which would throttle Steps for nothing.
+var (
+	DefaultWorkerCPURequest    = resource.MustParse("50m")
+	DefaultWorkerMemoryRequest = resource.MustParse("128Mi")
+	DefaultWorkerMemoryLimit   = resource.MustParse("1Gi")
+)
+
+// resources are the Agent's worker resources, each unset one defaulted so
+// that a request never exceeds its limit.
 func resources(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
-	if len(r.Limits) == 0 && len(r.Requests) == 0 && len(r.Claims) == 0 {
-		return nil
-	}
 	r = *r.DeepCopy()
+	if r.Requests == nil {
+		r.Requests = corev1.ResourceList{}
+	}
+	if r.Limits == nil {
+		r.Limits = corev1.ResourceList{}
+	}
+	if _, ok := r.Requests[corev1.ResourceCPU]; !ok {
+		request := DefaultWorkerCPURequest
+		if limit, ok := r.Limits[corev1.ResourceCPU]; ok && limit.Cmp(request) < 0 {
+			request = limit
+		}
+		r.Requests[corev1.ResourceCPU] = request
+	}
+	if _, ok := r.Limits[corev1.ResourceMemory]; !ok {
+		limit := DefaultWorkerMemoryLimit
+		if request, ok := r.Requests[corev1.ResourceMemory]; ok && request.Cmp(limit) > 0 {
+			limit = request
+		}
+		r.Limits[corev1.ResourceMemory] = limit
+	}
+	if _, ok := r.Requests[corev1.ResourceMemory]; !ok {
+		request := DefaultWorkerMemoryRequest
+		if limit := r.Limits[corev1.ResourceMemory]; limit.Cmp(request) < 0 {
+			request = limit
+		}
+		r.Requests[corev1.ResourceMemory] = request
+	}
 	for _, list := range []corev1.ResourceList{r.Limits, r.Requests} {
 		for name, q := range list {
 			q.RoundUp(-3)

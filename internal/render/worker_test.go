@@ -639,3 +639,60 @@ func TestATracingCAIsMountedFromItsSecretAndMustBePEM(t *testing.T) {
 		t.Errorf("blocker = %v, want one naming spec.tracing.caSecretRef", blocker)
 	}
 }
+
+func TestWorkersGetResourcesTheAgentCanOverride(t *testing.T) {
+	q := resource.MustParse
+	cases := []struct {
+		name     string
+		spec     corev1.ResourceRequirements
+		requests corev1.ResourceList
+		limits   corev1.ResourceList
+	}{
+		{"none named", corev1.ResourceRequirements{},
+			corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("128Mi")},
+			corev1.ResourceList{corev1.ResourceMemory: q("1Gi")}},
+		{"a larger memory limit", corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q("4Gi")}},
+			corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("128Mi")},
+			corev1.ResourceList{corev1.ResourceMemory: q("4Gi")}},
+		{"a memory limit below the default request", corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q("64Mi")}},
+			corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("64Mi")},
+			corev1.ResourceList{corev1.ResourceMemory: q("64Mi")}},
+		{"a memory request above the default limit", corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: q("2Gi")}},
+			corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("2Gi")},
+			corev1.ResourceList{corev1.ResourceMemory: q("2Gi")}},
+		{"a CPU limit below the default request", corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: q("20m")}},
+			corev1.ResourceList{corev1.ResourceCPU: q("20m"), corev1.ResourceMemory: q("128Mi")},
+			corev1.ResourceList{corev1.ResourceCPU: q("20m"), corev1.ResourceMemory: q("1Gi")}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			agent := testAgent()
+			if agent.Spec.Workers == nil {
+				agent.Spec.Workers = &agentsv1.WorkersSpec{}
+			}
+			agent.Spec.Workers.Resources = c.spec
+			resolved, blocker := Resolve(agent, observed(), testDefaults)
+			if blocker != nil {
+				t.Fatal(blocker)
+			}
+			w, err := Worker(resolved)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := w.Deployment.Spec.Template.Spec.Containers[0].Resources
+			for _, want := range []struct {
+				what      string
+				got, want corev1.ResourceList
+			}{{"requests", *got.Requests, c.requests}, {"limits", *got.Limits, c.limits}} {
+				if len(want.got) != len(want.want) {
+					t.Errorf("%s = %v, want %v", want.what, want.got, want.want)
+				}
+				for name, q := range want.want {
+					if g := want.got[name]; g.Cmp(q) != 0 {
+						t.Errorf("%s[%s] = %s, want %s", want.what, name, g.String(), q.String())
+					}
+				}
+			}
+		})
+	}
+}

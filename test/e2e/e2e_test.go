@@ -299,6 +299,16 @@ spec:
 		}
 		return false, nil
 	})
+	// A worker the Agent names no resources for runs with the defaults: a
+	// request the scheduler places, and a memory limit.
+	pods, err := listWorkerPods("exporter")
+	if err != nil || len(pods) == 0 {
+		t.Fatalf("listing the exporter's pods: %d, %v", len(pods), err)
+	}
+	res := pods[0].Spec.Containers[0].Resources
+	if res.Requests.Cpu().String() != "50m" || res.Requests.Memory().String() != "128Mi" || res.Limits.Memory().String() != "1Gi" {
+		t.Fatalf("a worker pod runs with requests %v and limits %v, want 50m CPU and 128Mi requested, 1Gi of memory at most", res.Requests, res.Limits)
+	}
 	t.Logf("deleting pod %s while it runs slow_export", runner)
 	kubectl(t, "delete", "pod", "-n", "default", runner, "--wait=false")
 
