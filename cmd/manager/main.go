@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -43,6 +45,8 @@ func run() error {
 		versionedRollouts       bool
 		eventHubURL, hubKeys    string
 		tokenLifetime           time.Duration
+		networkPolicies         bool
+		metricsNamespace        string
 		otlpEndpoint, otlpProto string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
@@ -70,6 +74,10 @@ func run() error {
 		"File of the event hub's publish keys, one per line as ID:KEY, the signing key first; the operator signs each Agent's publish token with it. Required with --event-hub-url; read again while running.")
 	flag.DurationVar(&tokenLifetime, "event-hub-token-lifetime", hubapi.DefaultTokenLifetime,
 		"How long an Agent's event hub publish token is valid; the operator renews it, rolling the Agent's workers, when a third is left.")
+	flag.BoolVar(&networkPolicies, "worker-network-policies", false,
+		"Give each Agent's workers a NetworkPolicy that lets in only the kubelet's probes and, from --metrics-namespace, metric scrapes.")
+	flag.StringVar(&metricsNamespace, "metrics-namespace", "",
+		"The namespace whose pods may scrape the workers' metrics under --worker-network-policies; empty lets any pod.")
 	flag.StringVar(&otlpEndpoint, "otlp-endpoint", "",
 		"http://host:port (https:// for TLS) of the OTLP receiver that workers of Agents without spec.tracing.endpoint export spans to; empty traces only Agents that name one.")
 	flag.StringVar(&otlpProto, "otlp-protocol", workerconfig.OTLPProtocolGRPC, "The OTLP protocol of --otlp-endpoint: grpc or http/protobuf.")
@@ -88,6 +96,12 @@ func run() error {
 	}
 	if defaults.EventHub, err = eventHub(eventHubURL, hubKeys, tokenLifetime); err != nil {
 		return err
+	}
+	if networkPolicies {
+		if errs := validation.IsDNS1123Label(metricsNamespace); metricsNamespace != "" && len(errs) > 0 {
+			return fmt.Errorf("--metrics-namespace %q: %s", metricsNamespace, strings.Join(errs, "; "))
+		}
+		defaults.WorkerNetworkPolicy = &render.WorkerNetworkPolicy{MetricsNamespace: metricsNamespace}
 	}
 	if otlpEndpoint != "" {
 		if err := workerconfig.CheckOTLPEndpoint(otlpEndpoint, otlpProto); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,6 +89,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 
 // Reconcile runs one pass for one Agent: observe what it references, check
@@ -216,6 +218,11 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 	if _, err := r.applyChanged(ctx, worker.DisruptionBudget, live.disruptionBudget); err != nil {
 		return err
 	}
+	if worker.NetworkPolicy != nil {
+		if _, err := r.applyChanged(ctx, worker.NetworkPolicy, live.networkPolicy); err != nil {
+			return err
+		}
+	}
 	if err := r.applyOwnedSecret(ctx, worker.EventHubSecret, live.eventHubSecret); err != nil {
 		return err
 	}
@@ -283,6 +290,7 @@ type liveWorker struct {
 	configMap        *corev1.ConfigMap
 	deployment       *appsv1.Deployment
 	disruptionBudget *policyv1.PodDisruptionBudget
+	networkPolicy    *networkingv1.NetworkPolicy
 	eventHubSecret   *corev1.Secret
 	engineSecret     *corev1.Secret
 }
@@ -298,6 +306,7 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	}
 	configMap, deployment, serviceAccount := &corev1.ConfigMap{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}
 	budget := &policyv1.PodDisruptionBudget{}
+	policy := &networkingv1.NetworkPolicy{}
 	objects := []owned{
 		{"ConfigMap", *worker.ConfigMap.Name, configMap},
 		{"ConfigMap", render.GraphConfigMapName(agent.Name), &corev1.ConfigMap{}},
@@ -306,6 +315,9 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	}
 	if worker.ServiceAccount != nil {
 		objects = append(objects, owned{"ServiceAccount", *worker.ServiceAccount.Name, serviceAccount})
+	}
+	if worker.NetworkPolicy != nil {
+		objects = append(objects, owned{"NetworkPolicy", *worker.NetworkPolicy.Name, policy})
 	}
 	exists := map[client.Object]bool{}
 	for _, o := range objects {
@@ -338,6 +350,9 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	}
 	if exists[budget] {
 		live.disruptionBudget = budget
+	}
+	if exists[policy] {
+		live.networkPolicy = policy
 	}
 	// The operator caches Secrets by metadata only, so its own Secrets are
 	// read from the API server.

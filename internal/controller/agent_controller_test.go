@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,7 @@ var _ = Describe("Agent reconciler", func() {
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: render.WorkerName(agent.Name)}},
 			deployment,
 			&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: render.DisruptionBudgetName(agent.Name)}},
+			&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: render.NetworkPolicyName(agent.Name)}},
 		}
 		for _, obj := range owned {
 			obj.SetNamespace(ns)
@@ -67,6 +69,17 @@ var _ = Describe("Agent reconciler", func() {
 		Expect(budget.Spec.MaxUnavailable).To(Equal(ptr.To(intstr.FromInt32(1))))
 		Expect(budget.Spec.Selector.MatchLabels).To(Equal(render.SelectorLabels(agent.Name)))
 		Expect(budget.Spec.UnhealthyPodEvictionPolicy).To(Equal(ptr.To(policyv1.AlwaysAllow)))
+
+		By("letting into the workers only the probes, and metric scrapes from the monitoring namespace")
+		policy := owned[5].(*networkingv1.NetworkPolicy)
+		Expect(policy.Spec.PodSelector.MatchLabels).To(Equal(render.SelectorLabels(agent.Name)))
+		Expect(policy.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
+		Expect(policy.Spec.Ingress).To(HaveLen(2))
+		Expect(policy.Spec.Ingress[0].From).To(BeEmpty())
+		Expect(policy.Spec.Ingress[0].Ports[0].Port.IntValue()).To(Equal(render.HealthPort))
+		Expect(policy.Spec.Ingress[1].Ports[0].Port.IntValue()).To(Equal(render.MetricsPort))
+		Expect(policy.Spec.Ingress[1].From).To(ConsistOf(HaveField("NamespaceSelector.MatchLabels",
+			map[string]string{corev1.LabelMetadataName: "monitoring"})))
 
 		By("giving a stopping worker as long as the longest Step attempt the Agent allows")
 		// The stdio ToolSource's defaults: a ten-minute request, then up to

@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +31,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&appsv1.ReplicaSet{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(agentOfLabeledObject), builder.WithPredicates(workerPodChanges())).
 		Watches(&agentsv1.ToolSource{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentToolSource))).

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +44,7 @@ func CacheOptions() cache.Options {
 		&appsv1.ReplicaSet{}:            {Label: managed},
 		&corev1.Pod{}:                   {Label: managed},
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
+		&networkingv1.NetworkPolicy{}:   {Label: managed},
 	}}
 }
 

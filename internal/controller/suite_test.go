@@ -74,6 +74,7 @@ var operatorDefaults = render.Defaults{
 	WorkerEngineVersion: stockEngineVersion,
 	MediaHostPathRoots:  []string{mediaHostPathRoot},
 	EventHub:            &render.EventHub{URL: eventHubURL, Keys: func() *hubapi.PublishKeys { return eventHubKeys }},
+	WorkerNetworkPolicy: &render.WorkerNetworkPolicy{MetricsNamespace: "monitoring"},
 }
 
 // eventHubURL and eventHubKeys are the event hub the operator hands its

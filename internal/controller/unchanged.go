@@ -9,9 +9,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,6 +57,11 @@ func appliedAlready(obj any, live client.Object) (bool, error) {
 			return false, nil
 		}
 		owned, err = policyv1ac.ExtractPodDisruptionBudget(o, render.FieldOwner)
+	case *networkingv1.NetworkPolicy:
+		if o == nil {
+			return false, nil
+		}
+		owned, err = networkingv1ac.ExtractNetworkPolicy(o, render.FieldOwner)
 	case *corev1.Secret:
 		if o == nil {
 			return false, nil

@@ -49,6 +49,16 @@ type Defaults struct {
 	// Tracing is the OTLP receiver of Agents whose spec.tracing names
 	// none; nil traces only Agents that name one.
 	Tracing *TracingEndpoint
+	// WorkerNetworkPolicy, when set, gives each Agent's workers a
+	// NetworkPolicy; nil makes none.
+	WorkerNetworkPolicy *WorkerNetworkPolicy
+}
+
+// WorkerNetworkPolicy is what the workers' NetworkPolicy lets in.
+type WorkerNetworkPolicy struct {
+	// MetricsNamespace is the namespace whose pods may scrape the workers'
+	// metrics; empty lets any pod.
+	MetricsNamespace string
 }
 
 // TracingEndpoint is an OTLP receiver the workers export spans to.
@@ -157,6 +167,8 @@ type Resolved struct {
 	SecretDigests []SecretKeyDigest
 	// EventHub is the operator's event hub, nil when it has none.
 	EventHub *EventHub
+	// WorkerNetworkPolicy is the operator's, nil when it makes none.
+	WorkerNetworkPolicy *WorkerNetworkPolicy
 	// EventHubToken is the Agent's publish token for EventHub, which the
 	// controller signs or keeps: render itself reads no clock.
 	EventHubToken string
@@ -200,7 +212,8 @@ func EffectiveSourceName(ts *agentsv1.ToolSource) string {
 // and returns the builders' input, or the first reason the Agent cannot be
 // applied.
 func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Resolved, *Blocker) {
-	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent, MediaHostPathRoots: defaults.MediaHostPathRoots, EventHub: defaults.EventHub, Tracing: defaults.Tracing}}
+	r := &resolver{agent: agent, observed: observed, out: &Resolved{Agent: agent, MediaHostPathRoots: defaults.MediaHostPathRoots, EventHub: defaults.EventHub, Tracing: defaults.Tracing,
+		WorkerNetworkPolicy: defaults.WorkerNetworkPolicy}}
 	for _, check := range []func() *Blocker{
 		func() *Blocker { return r.engine(defaults) },
 		r.toolSources,

@@ -13,13 +13,15 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
@@ -225,6 +227,10 @@ type WorkerObjects struct {
 	// DisruptionBudget lets a node drain evict one worker at a time, so the
 	// others keep their task slots while it stops.
 	DisruptionBudget *policyv1ac.PodDisruptionBudgetApplyConfiguration
+	// NetworkPolicy opens the workers' probe port to all and their metrics
+	// port to the metrics namespace only; nil when the operator makes no
+	// NetworkPolicies.
+	NetworkPolicy *networkingv1ac.NetworkPolicyApplyConfiguration
 	// EventHubSecret holds the Agent's publish token; nil when the operator
 	// has no event hub.
 	EventHubSecret *corev1ac.SecretApplyConfiguration
@@ -302,6 +308,9 @@ func Worker(r *Resolved) (*WorkerObjects, error) {
 	}
 	w.Deployment = deployment(r, envs, serviceAccount, digest)
 	w.DisruptionBudget = disruptionBudget(r.Agent)
+	if r.WorkerNetworkPolicy != nil {
+		w.NetworkPolicy = networkPolicy(r.Agent, *r.WorkerNetworkPolicy)
+	}
 	return w, nil
 }
 
@@ -810,6 +819,32 @@ func disruptionBudget(agent *agentsv1.Agent) *policyv1ac.PodDisruptionBudgetAppl
 			WithMaxUnavailable(intstr.FromInt32(1)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(agent.Name))).
 			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
+}
+
+// NetworkPolicyName is the name of an Agent's worker NetworkPolicy.
+func NetworkPolicyName(agentName string) string { return WorkerName(agentName) }
+
+// networkPolicy lets into the workers only the kubelet's probes and the
+// metrics scrapers: the workers call out, to the engine, models, tools and
+// the event hub, and serve nothing else; their debug events listen on
+// loopback alone.
+func networkPolicy(agent *agentsv1.Agent, p WorkerNetworkPolicy) *networkingv1ac.NetworkPolicyApplyConfiguration {
+	metrics := networkingv1ac.NetworkPolicyIngressRule().
+		WithPorts(networkingv1ac.NetworkPolicyPort().WithPort(intstr.FromInt32(MetricsPort)).WithProtocol(corev1.ProtocolTCP))
+	if p.MetricsNamespace != "" {
+		metrics.WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(
+			metav1ac.LabelSelector().WithMatchLabels(map[string]string{corev1.LabelMetadataName: p.MetricsNamespace})))
+	}
+	return networkingv1ac.NetworkPolicy(NetworkPolicyName(agent.Name), agent.Namespace).
+		WithLabels(objectLabels(agent.Name, ComponentWorker)).
+		WithOwnerReferences(ownerReference(agent)).
+		WithSpec(networkingv1ac.NetworkPolicySpec().
+			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(agent.Name))).
+			WithPolicyTypes(networkingv1.PolicyTypeIngress).
+			WithIngress(
+				networkingv1ac.NetworkPolicyIngressRule().
+					WithPorts(networkingv1ac.NetworkPolicyPort().WithPort(intstr.FromInt32(HealthPort)).WithProtocol(corev1.ProtocolTCP)),
+				metrics))
 }
 
 func objectLabels(agentName, component string) map[string]string {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
@@ -694,5 +696,41 @@ func TestWorkersGetResourcesTheAgentCanOverride(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestWorkerNetworkPolicyComesWithTheOperatorsSetting(t *testing.T) {
+	for _, p := range []*WorkerNetworkPolicy{nil, {}, {MetricsNamespace: "monitoring"}} {
+		defaults := testDefaults
+		defaults.WorkerNetworkPolicy = p
+		resolved, blocker := Resolve(testAgent(), observed(), defaults)
+		if blocker != nil {
+			t.Fatal(blocker)
+		}
+		w, err := Worker(resolved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == nil {
+			if w.NetworkPolicy != nil {
+				t.Error("an operator that makes no NetworkPolicies rendered one")
+			}
+			continue
+		}
+		spec := w.NetworkPolicy.Spec
+		if len(spec.Ingress) != 2 || *spec.Ingress[0].Ports[0].Port != intstr.FromInt32(HealthPort) || len(spec.Ingress[0].From) != 0 ||
+			*spec.Ingress[1].Ports[0].Port != intstr.FromInt32(MetricsPort) {
+			t.Fatalf("ingress = %+v, want the probe port from anywhere and the metrics port", spec.Ingress)
+		}
+		from := spec.Ingress[1].From
+		if p.MetricsNamespace == "" && len(from) != 0 {
+			t.Errorf("with no metrics namespace, metrics are let in from %+v", from)
+		}
+		if p.MetricsNamespace != "" && (len(from) != 1 || from[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "monitoring") {
+			t.Errorf("metrics are let in from %+v, want the monitoring namespace only", from)
+		}
+		if !maps.Equal(spec.PodSelector.MatchLabels, SelectorLabels(testAgent().Name)) {
+			t.Errorf("the policy selects %v", spec.PodSelector.MatchLabels)
+		}
 	}
 }

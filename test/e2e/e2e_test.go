@@ -15,8 +15,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
@@ -308,6 +310,15 @@ spec:
 	res := pods[0].Spec.Containers[0].Resources
 	if res.Requests.Cpu().String() != "50m" || res.Requests.Memory().String() != "128Mi" || res.Limits.Memory().String() != "1Gi" {
 		t.Fatalf("a worker pod runs with requests %v and limits %v, want 50m CPU and 128Mi requested, 1Gi of memory at most", res.Requests, res.Limits)
+	}
+	// The chart's default has the operator give every Agent's workers a
+	// NetworkPolicy, which the API server took as the operator wrote it.
+	var policy networkingv1.NetworkPolicy
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: render.NetworkPolicyName("exporter")}, &policy); err != nil {
+		t.Fatalf("the exporter's worker NetworkPolicy: %v", err)
+	}
+	if sel, err := metav1.LabelSelectorAsSelector(&policy.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(pods[0].Labels)) || len(policy.Spec.Ingress) != 2 {
+		t.Fatalf("the worker NetworkPolicy %+v does not select the worker pods with a rule for probes and one for metrics", policy.Spec)
 	}
 	t.Logf("deleting pod %s while it runs slow_export", runner)
 	kubectl(t, "delete", "pod", "-n", "default", runner, "--wait=false")
