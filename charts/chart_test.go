@@ -635,7 +635,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 	wantArgs := []string{
 		"--leader-elect", "--health-probe-bind-address=:9091", "--metrics-bind-address=:9090", "--metrics-secure=true", "--poller-quiet-period=2m", "--versioned-rollouts=false",
 		"--operator-namespace=" + releaseNS, "--default-engine=shared-temporal", "--allow-namespace-engines=true",
-		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,/mnt/agents/media",
+		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,team-a:/mnt/team-a-media,/mnt/agents/media",
 		"--otlp-endpoint=http://otel-collector.observability:4317", "--otlp-protocol=grpc",
 		"--worker-network-policies", "--metrics-namespace=monitoring",
 		"--event-hub-url=https://event-hub.agents.example.com:9443", "--event-hub-publish-keys-file=/etc/stepwise/event-hub-publish-keys/keys",

@@ -60,7 +60,8 @@ func run() error {
 		"The stock worker image, for Agents without spec.workers.image.")
 	flag.StringVar(&mediaHostPathRoots, "media-host-path-roots", "",
 		"Comma-separated host directories that localDirectory MediaStores without a PersistentVolumeClaim may mount into worker pods "+
-			"(hostPath), each with everything under it; empty means none, so such MediaStores are not Ready. System directories are refused.")
+			"(hostPath), each with everything under it: ROOT gives each namespace ROOT/<namespace>, NAMESPACE:ROOT gives that namespace ROOT. "+
+			"Empty means none, so such MediaStores are not Ready. System directories are refused.")
 	flag.DurationVar(&pollerQuietPeriod, "poller-quiet-period", controller.DefaultPollerQuietPeriod,
 		"How long a worker must not have polled its task queue to count as stopped, before a rollout starts workers of an engine "+
 			"version the old ones may not run beside. Keep it above the engine's long poll (one minute by default), with a margin for clock skew.")

@@ -398,7 +398,7 @@ func createReferences(ctx context.Context, c client.Client, opts options) error 
 		}
 		ms := &agentsv1.MediaStore{
 			ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: fmt.Sprintf("media-%d", i)},
-			Spec:       agentsv1.MediaStoreSpec{LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: fmt.Sprintf("%s/media-%d", mediaRoot, i)}},
+			Spec:       agentsv1.MediaStoreSpec{LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: fmt.Sprintf("%s/%s/media-%d", mediaRoot, benchNamespace, i)}},
 		}
 		if err := errors.Join(c.Create(ctx, ts), c.Create(ctx, ms)); err != nil {
 			return err

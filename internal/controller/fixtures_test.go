@@ -149,7 +149,7 @@ func mediaStoreFixture(namespace, name string, opts ...mediaStoreOption) *agents
 	ms := &agentsv1.MediaStore{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: agentsv1.MediaStoreSpec{
-			LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: mediaHostPathRoot + "/media"},
+			LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: mediaHostPathRoot + "/" + namespace + "/media"},
 		},
 	}
 	for _, o := range opts {

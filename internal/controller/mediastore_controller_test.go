@@ -94,7 +94,7 @@ var _ = Describe("MediaStore reconciler", func() {
 			haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonHostPathNotAllowed),
 			HaveField("ObservedGeneration", ms.Generation),
 			HaveField("Message", ContainSubstring("spec.localDirectory.root: /data/media would be mounted from the node (hostPath)")),
-			HaveField("Message", ContainSubstring("(the operator allows "+mediaHostPathRoot+"); use a PersistentVolumeClaim, "+
+			HaveField("Message", ContainSubstring("(the operator allows namespace "+ns+" "+mediaHostPathRoot+"/"+ns+"); use a PersistentVolumeClaim, "+
 				"or ask the operator's administrator to allow this directory with --media-host-path-roots"))))
 		Expect(ms.Status.ObservedGeneration).To(Equal(ms.Generation))
 		Eventually(conditionOf(agent, agentsv1.ConditionReady)).Should(And(
@@ -117,18 +117,38 @@ var _ = Describe("MediaStore reconciler", func() {
 			HaveField("Name", "media"), HaveField("MountPath", "/data/media"))))
 	})
 
-	It("mounts an allowed host directory, and only that directory, which must exist", func() {
-		ms := mediaStoreFixture(ns, "allowed", withLocalDirectory(mediaHostPathRoot+"/team-a", ""))
+	It("mounts an allowed host directory, and only that directory, which must exist, after checking it for links", func() {
+		root := mediaHostPathRoot + "/" + ns + "/team-a"
+		ms := mediaStoreFixture(ns, "allowed", withLocalDirectory(root, ""))
 		agent := agentFixture(ns, "allowed-hostpath", withMediaStore("allowed"))
 		create(ms, agent)
 		expectReady(ms, agent)
 		pod := workerDeployment(Default, agent).Spec.Template.Spec
 		Expect(pod.Volumes).To(ContainElement(And(
 			HaveField("Name", "media"),
-			HaveField("HostPath.Path", mediaHostPathRoot+"/team-a"),
+			HaveField("HostPath.Path", root),
 			HaveField("HostPath.Type", ptr.To(corev1.HostPathDirectory)))))
 		Expect(pod.Containers[0].VolumeMounts).To(ContainElement(And(
-			HaveField("Name", "media"), HaveField("MountPath", mediaHostPathRoot+"/team-a"))))
+			HaveField("Name", "media"), HaveField("MountPath", root))))
+
+		By("checking, in the pod, with the operator's own image, that no component below the namespace's directory is a link")
+		Expect(pod.Volumes).To(ContainElement(And(
+			HaveField("Name", "media-base"), HaveField("HostPath.Path", mediaHostPathRoot+"/"+ns))))
+		Expect(pod.InitContainers).To(ConsistOf(And(
+			HaveField("Name", "media-root-check"),
+			HaveField("Image", stockWorkerImage),
+			HaveField("Args", Equal([]string{render.MediaRootCheckCommand, "--base=/stepwise/media-base", "--store=/stepwise/media-store", "--path=team-a"})),
+			HaveField("VolumeMounts", ConsistOf(
+				And(HaveField("Name", "media-base"), HaveField("ReadOnly", true)),
+				And(HaveField("Name", "media"), HaveField("ReadOnly", true)))))))
+	})
+
+	It("keeps each namespace to its own host directory", func() {
+		other := mediaStoreFixture(ns, "another-namespaces", withLocalDirectory(mediaHostPathRoot+"/team-b/store", ""))
+		create(other)
+		Eventually(conditionOf(other, agentsv1.ConditionReady)).Should(And(
+			haveStatusReason(metav1.ConditionFalse, agentsv1.ReasonHostPathNotAllowed),
+			HaveField("Message", Not(ContainSubstring("team-b "+mediaHostPathRoot)))))
 	})
 
 	It("reports S3 credentials that lack a key", func() {

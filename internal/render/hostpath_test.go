@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 )
 
@@ -18,10 +20,14 @@ func TestParseHostPathRoots(t *testing.T) {
 		{flag: "", want: nil},
 		{flag: "/srv/stepwise", want: []string{"/srv/stepwise"}},
 		{flag: " /srv/a, /data/b ,,/srv/a", want: []string{"/srv/a", "/data/b"}},
-		{flag: "srv/media", wantErr: `"srv/media" must be a clean absolute path`},
+		{flag: "team-a:/srv/team-a,/srv/each", want: []string{"team-a:/srv/team-a", "/srv/each"}},
+		{flag: "srv/media", wantErr: `namespace "srv/media"`},
+		{flag: "Team_A:/srv/a", wantErr: `namespace "Team_A"`},
+		{flag: "team-a:srv", wantErr: `"srv" must be a clean absolute path`},
 		{flag: "/srv/media/", wantErr: "must be a clean absolute path"},
 		{flag: "/srv/../etc", wantErr: "must be a clean absolute path"},
 		{flag: "/", wantErr: `"/" is a system directory`},
+		{flag: "team-a:/etc", wantErr: `"/etc" is a system directory`},
 		{flag: "/var/lib/stepwise", wantErr: `"/var/lib/stepwise" is a system directory or lies under one`},
 		{flag: "/srv/a,/etc", wantErr: `"/etc" is a system directory`},
 	}
@@ -38,36 +44,43 @@ func TestParseHostPathRoots(t *testing.T) {
 	}
 }
 
-func TestHostPathAllowed(t *testing.T) {
-	allowed := []string{"/srv/stepwise", "/data"}
+func TestHostPathsAreAllowedPerNamespace(t *testing.T) {
+	allowed := []string{"/srv/stepwise", "team-a:/data"}
 	tests := []struct {
-		root    string
-		allowed []string
-		want    bool
+		root, namespace string
+		allowed         []string
+		base            string // empty: not allowed
 	}{
-		{"/srv/stepwise", allowed, true},
-		{"/srv/stepwise/team-a", allowed, true},
-		{"/data/media", allowed, true},
-		{"/srv/stepwise-other", allowed, false},
-		{"/srv", allowed, false},
-		{"/srv/stepwise/../../etc", allowed, false},
-		{"/srv/stepwise/team-a/", allowed, false},
-		{"/srv/stepwise", nil, false},
+		{"/srv/stepwise/team-a", "team-a", allowed, "/srv/stepwise/team-a"},
+		{"/srv/stepwise/team-a/media", "team-a", allowed, "/srv/stepwise/team-a"},
+		{"/data/media", "team-a", allowed, "/data"},
+		{"/data", "team-a", allowed, "/data"},
+		// Another namespace's directory, or the directory of them all.
+		{"/srv/stepwise/team-b/media", "team-a", allowed, ""},
+		{"/srv/stepwise", "team-a", allowed, ""},
+		{"/data/media", "team-b", allowed, ""},
+		{"/srv/stepwise/team-a-other", "team-a", allowed, ""},
+		{"/srv", "team-a", allowed, ""},
+		{"/srv/stepwise/team-a/../team-b", "team-a", allowed, ""},
+		{"/srv/stepwise/team-a/", "team-a", allowed, ""},
+		{"/srv/stepwise/team-a", "team-a", nil, ""},
+		{"/srv/stepwise/team-a", "", allowed, ""},
 		// An allow-list that names a system directory, built by hand rather
 		// than by ParseHostPathRoots, still allows nothing there.
-		{"/etc/media", []string{"/etc"}, false},
-		{"/var/lib/kubelet", []string{"/"}, false},
+		{"/etc/media", "team-a", []string{"team-a:/etc"}, ""},
+		{"/var/lib/kubelet", "team-a", []string{"team-a:/"}, ""},
 	}
 	for _, tt := range tests {
-		if got := HostPathAllowed(tt.root, tt.allowed); got != tt.want {
-			t.Errorf("HostPathAllowed(%q, %v) = %v, want %v", tt.root, tt.allowed, got, tt.want)
+		base, ok := HostPathBase(tt.root, tt.namespace, tt.allowed)
+		if ok != (tt.base != "") || base != tt.base {
+			t.Errorf("HostPathBase(%q, %q, %v) = %q, %v; want %q", tt.root, tt.namespace, tt.allowed, base, ok, tt.base)
 		}
 	}
 }
 
 func TestCheckMediaStore(t *testing.T) {
 	local := func(root, claim string) *agentsv1.MediaStore {
-		return &agentsv1.MediaStore{Spec: agentsv1.MediaStoreSpec{
+		return &agentsv1.MediaStore{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a"}, Spec: agentsv1.MediaStoreSpec{
 			LocalDirectory: &agentsv1.LocalDirectoryMediaStore{Root: root, PersistentVolumeClaimName: claim}}}
 	}
 	tests := []struct {
@@ -78,13 +91,15 @@ func TestCheckMediaStore(t *testing.T) {
 	}{
 		{name: "S3 needs no host directory", store: &agentsv1.MediaStore{Spec: agentsv1.MediaStoreSpec{S3: &agentsv1.S3MediaStore{Bucket: "b"}}}},
 		{name: "a claim needs no host directory", store: local("/srv/media", "media")},
-		{name: "a hostPath under an allowed root", store: local("/srv/stepwise/media", ""), roots: []string{"/srv/stepwise"}},
+		{name: "a hostPath under the namespace's directory", store: local("/srv/stepwise/team-a/media", ""), roots: []string{"/srv/stepwise"}},
+		{name: "a hostPath under another namespace's directory", store: local("/srv/stepwise/team-b/media", ""), roots: []string{"/srv/stepwise", "team-b:/data"},
+			wantMessage: "(the operator allows namespace team-a /srv/stepwise/team-a)"},
 		{name: "a hostPath with no roots allowed", store: local("/srv/media", ""),
 			wantMessage: "spec.localDirectory.root: /srv/media would be mounted from the node (hostPath) because spec.localDirectory.persistentVolumeClaimName is not set, " +
-				"and it is not a host directory the operator allows (the operator allows none); use a PersistentVolumeClaim, " +
+				"and it is not a host directory the operator allows (the operator allows namespace team-a none); use a PersistentVolumeClaim, " +
 				"or ask the operator's administrator to allow this directory with --media-host-path-roots"},
 		{name: "a hostPath outside the allowed roots", store: local("/srv/media", ""), roots: []string{"/srv/stepwise", "/data"},
-			wantMessage: "(the operator allows /srv/stepwise, /data)"},
+			wantMessage: "(the operator allows namespace team-a /srv/stepwise/team-a, /data/team-a)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

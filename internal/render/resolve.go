@@ -160,6 +160,9 @@ type Resolved struct {
 	// S3SessionToken is true when the S3 credentials Secret has a session
 	// token.
 	S3SessionToken bool
+	// StockWorkerImage is the operator's stock worker image, which runs the
+	// checks the operator needs inside a worker pod whatever its image.
+	StockWorkerImage string
 	// WorkerImage and EngineVersion are what the workers run.
 	WorkerImage   string
 	EngineVersion string
@@ -224,6 +227,7 @@ func Resolve(agent *agentsv1.Agent, observed Observed, defaults Defaults) (*Reso
 			return nil, b
 		}
 	}
+	r.out.StockWorkerImage = defaults.WorkerImage
 	r.out.WorkerImage, r.out.EngineVersion = defaults.WorkerImage, defaults.WorkerEngineVersion
 	if w := agent.Spec.Workers; w != nil && w.Image != "" {
 		r.out.WorkerImage, r.out.EngineVersion = w.Image, w.EngineVersion

@@ -18,7 +18,7 @@ var testDefaults = Defaults{
 	AllowNamespaceEngines: true,
 	WorkerImage:           "worker:stock",
 	WorkerEngineVersion:   version.EngineVersion,
-	MediaHostPathRoots:    []string{"/media"},
+	MediaHostPathRoots:    []string{"team:/media"},
 }
 
 // testEngineID is what the test ClusterEngine's engine says of itself.
@@ -226,7 +226,7 @@ func TestResolveBlockers(t *testing.T) {
 			observed:    observed(readyMediaStore("media")),
 			defaults:    Defaults{DefaultEngine: "shared", WorkerImage: "w"},
 			wantReason:  agentsv1.ReasonMediaStoreNotReady,
-			wantMessage: "the operator allows none); use a PersistentVolumeClaim",
+			wantMessage: "the operator allows namespace team none); use a PersistentVolumeClaim",
 		},
 		{
 			name:       "a missing model key Secret",

@@ -708,6 +708,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		env = append(env, envVar(&w.Env[i]))
 	}
 
+	var initContainers []*corev1ac.ContainerApplyConfiguration
 	volumes := []*corev1ac.VolumeApplyConfiguration{
 		corev1ac.Volume().WithName(configVolume).WithConfigMap(
 			corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(agent.Name, digest))),
@@ -743,6 +744,12 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 			// It must exist: the kubelet would create a missing one owned by
 			// root, which the workers, never root, could not write to.
 			media.WithHostPath(corev1ac.HostPathVolumeSource().WithPath(local.Root).WithType(corev1.HostPathDirectory))
+			// The kubelet follows symbolic links on the node, which a
+			// lexical check of the root cannot see.
+			base, _ := HostPathBase(local.Root, agent.Namespace, r.MediaHostPathRoots)
+			volumes = append(volumes, corev1ac.Volume().WithName("media-base").WithHostPath(
+				corev1ac.HostPathVolumeSource().WithPath(base).WithType(corev1.HostPathDirectory)))
+			initContainers = append(initContainers, mediaRootCheck(r.StockWorkerImage, base, local.Root))
 		}
 		volumes = append(volumes, media)
 		mounts = append(mounts, corev1ac.VolumeMount().WithName("media").WithMountPath(local.Root))
@@ -777,6 +784,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 		WithSecurityContext(corev1ac.PodSecurityContext().
 			WithRunAsNonRoot(true).
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithInitContainers(initContainers...).
 		WithContainers(container).
 		WithVolumes(volumes...)
 	if len(w.NodeSelector) > 0 {
@@ -803,6 +811,40 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 				WithLabels(podLabels).
 				WithAnnotations(map[string]string{AnnotationConfigDigest: digest}).
 				WithSpec(pod)))
+}
+
+// MediaRootCheckCommand is the stock worker's command that checks a
+// hostPath MediaStore's root before a worker pod starts.
+const MediaRootCheckCommand = "check-media-root"
+
+// Where the media root check sees the allowed directory and the store.
+const (
+	mediaBaseDir  = "/stepwise/media-base"
+	mediaStoreDir = "/stepwise/media-store"
+)
+
+// mediaRootCheck is the init container that refuses to start a worker whose
+// hostPath store the kubelet mounted through a symbolic link: from the
+// allowed directory down to the store's root, no component may be one, and
+// the directory mounted must be the one the path names. It runs the stock
+// worker image, which the operator chose, whatever image the Agent names,
+// and sees the allowed directory read-only.
+func mediaRootCheck(image, base, root string) *corev1ac.ContainerApplyConfiguration {
+	rel := strings.TrimPrefix(strings.TrimPrefix(root, base), "/")
+	return corev1ac.Container().
+		WithName("media-root-check").
+		WithImage(image).
+		WithArgs(MediaRootCheckCommand, "--base="+mediaBaseDir, "--store="+mediaStoreDir, "--path="+rel).
+		WithVolumeMounts(
+			corev1ac.VolumeMount().WithName("media-base").WithMountPath(mediaBaseDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName("media").WithMountPath(mediaStoreDir).WithReadOnly(true)).
+		WithResources(corev1ac.ResourceRequirements().
+			WithRequests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}).
+			WithLimits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")})).
+		WithSecurityContext(corev1ac.SecurityContext().
+			WithAllowPrivilegeEscalation(false).
+			WithReadOnlyRootFilesystem(true).
+			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
 }
 
 // DisruptionBudgetName is the name of an Agent's worker PodDisruptionBudget.

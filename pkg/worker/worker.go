@@ -103,6 +103,9 @@ func Main(opts Options) {
 }
 
 func main(opts Options) int {
+	if len(os.Args) > 1 && os.Args[1] == checkMediaRootCommand {
+		return checkMediaRoot(os.Args[2:])
+	}
 	configPath := flag.String("config", "/etc/stepwise/worker/"+workerconfig.FileName, "Path of the worker configuration document.")
 	stopTimeout := flag.Duration("stop-timeout", DefaultStopTimeout, "How long running Steps may finish after SIGTERM.")
 	deploymentName := flag.String("deployment-name", "", "Temporal Worker Deployment to join; needs --build-id.")
@@ -125,6 +128,28 @@ func main(opts Options) int {
 	}
 	if err != nil {
 		opts.Logger.Error("the worker stopped", "error", err.Error())
+		return 1
+	}
+	return 0
+}
+
+// checkMediaRootCommand is what the operator's init container runs before a
+// worker with a hostPath MediaStore starts; it matches the operator's
+// render.MediaRootCheckCommand.
+const checkMediaRootCommand = "check-media-root"
+
+// checkMediaRoot refuses, by its exit status, a hostPath store mounted
+// through a symbolic link.
+func checkMediaRoot(args []string) int {
+	flags := flag.NewFlagSet(checkMediaRootCommand, flag.ContinueOnError)
+	base := flags.String("base", "", "The allowed directory, as mounted.")
+	store := flags.String("store", "", "The store, as mounted.")
+	rel := flags.String("path", "", "The store's root below the allowed directory.")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	if err := media.CheckRoot(*base, *rel, *store); err != nil {
+		fmt.Fprintf(os.Stderr, "the MediaStore's directory cannot be used: %v\n", err)
 		return 1
 	}
 	return 0

@@ -31,6 +31,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/events"
+	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
@@ -961,5 +962,30 @@ func TestDeploymentVersionNeedsBothFlags(t *testing.T) {
 		if _, err := deploymentVersion(c.name, c.buildID); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("deploymentVersion(%q, %q) = %v, want an error naming %s", c.name, c.buildID, err, c.want)
 		}
+	}
+}
+
+// The operator's init container runs this command of the stock worker
+// before a worker with a hostPath store starts; its exit status decides.
+func TestCheckMediaRootRefusesAStoreThroughALink(t *testing.T) {
+	if checkMediaRootCommand != render.MediaRootCheckCommand {
+		t.Fatalf("the worker answers %q, the operator runs %q", checkMediaRootCommand, render.MediaRootCheckCommand)
+	}
+	base := t.TempDir()
+	other := t.TempDir()
+	if err := os.Mkdir(filepath.Join(base, "store"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if got := checkMediaRoot([]string{"--base=" + base, "--store=" + filepath.Join(base, "store"), "--path=store"}); got != 0 {
+		t.Errorf("a real directory: exit %d, want 0", got)
+	}
+	if got := checkMediaRoot([]string{"--base=" + base, "--store=" + other, "--path=link"}); got != 1 {
+		t.Errorf("a store through a link: exit %d, want 1", got)
+	}
+	if got := checkMediaRoot([]string{"--unknown"}); got != 2 {
+		t.Errorf("a bad flag: exit %d, want 2", got)
 	}
 }
