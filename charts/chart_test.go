@@ -396,6 +396,8 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 		t.Errorf("gateway image = %q, want %q", container.Image, want)
 	}
 	wantArgs := []string{"--listen=:8080", "--hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--hub-read-tokens-file=/etc/stepwise/event-hub-read-tokens/tokens",
+		// A token made for the gateway is one the API server refuses.
+		"--token-audiences=stepwise-gateway",
 		"--operator-namespace=stepwise-system", "--default-engine=default", "--allow-namespace-engines=false"}
 	if !slices.Equal(container.Args, wantArgs) {
 		t.Errorf("gateway args = %q, want %q", container.Args, wantArgs)

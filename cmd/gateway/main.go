@@ -52,8 +52,9 @@ func run(logger *slog.Logger) error {
 		"File of the event hub's publish keys, one per line as ID:KEY (32 bytes or more), with which the hub checks the workers' publish tokens; required with --hub-listen. It is read again while the hub runs.")
 	flag.StringVar(&readTokensFile, "hub-read-tokens-file", "",
 		"File of the event hub's read tokens, one per line (32 bytes or more): the hub lets each read, and the gateway reads with the first. Required with --hub-listen or --hub-url; read again while running.")
-	audiences := flag.String("token-audiences", "",
-		"Comma-separated audiences a Kubernetes bearer token must be for; empty takes the API server's.")
+	audiences := flag.String("token-audiences", gateway.DefaultAudience,
+		"Comma-separated audiences a Kubernetes bearer token must be for; empty takes the API server's, so a token the gateway "+
+			"is shown could be replayed against the API server.")
 	engineFlags := engineflags.Bind(flag.CommandLine)
 	flag.Parse()
 

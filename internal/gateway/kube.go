@@ -223,6 +223,12 @@ func (k *KubernetesAgents) Graph(ctx context.Context, ref AgentRef) ([]byte, err
 	return []byte(doc), nil
 }
 
+// DefaultAudience is the audience the gateway takes Kubernetes tokens for
+// unless told otherwise: a token made for it (kubectl create token NAME
+// --audience stepwise-gateway) is refused by the API server, so one the
+// gateway is shown, or one leaked from it, cannot be replayed there.
+const DefaultAudience = "stepwise-gateway"
+
 // KubernetesAuthorizer authorizes Kubernetes identities: TokenReview finds
 // who the bearer token belongs to, and SubjectAccessReview asks whether
 // they may do the verb on the agents/sessions subresource of the Agent.

@@ -45,7 +45,8 @@ The gateway is --gateway (STEPWISE_GATEWAY), such as the URL of
 "kubectl port-forward -n stepwise-system svc/stepwise-gateway 8080:80". The
 token is --token (STEPWISE_TOKEN), or the kubeconfig user's bearer token,
 token file or exec credential; a client certificate is not one the gateway
-can review.
+can review. A gateway takes tokens for its own audience by default:
+--token "$(kubectl create token NAME --audience stepwise-gateway)".
 
 Exit statuses:
   0  the session accepted the request (prints true), or the command succeeded
@@ -238,7 +239,7 @@ func newPlugin(o options, env Env) (*plugin, error) {
 	}
 	if cfg.BearerToken == "" && cfg.BearerTokenFile == "" && cfg.ExecProvider == nil && cfg.AuthProvider == nil {
 		return nil, errors.New("the kubeconfig's user has no bearer token (a client certificate is not one the gateway can review): " +
-			"pass --token, such as one from kubectl create token")
+			"pass --token, such as one from kubectl create token NAME --audience stepwise-gateway")
 	}
 	tc, err := cfg.TransportConfig()
 	if err != nil {

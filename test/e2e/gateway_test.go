@@ -74,11 +74,18 @@ subjects: [{kind: ServiceAccount, name: session-reader, namespace: default}]
 // worker pods publish to.
 func gatewayOnPods(t *testing.T) {
 	apply(t, gatewayRoles)
-	operator, reader := serviceAccountToken(t, "session-operator"), serviceAccountToken(t, "session-reader")
+	operator, reader := gatewayTokenIn(t, "default", "session-operator"), gatewayTokenIn(t, "default", "session-reader")
 	base := "http://" + readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=gateway") + ":8080"
 	session := base + "/api/v1/namespaces/default/agents/support/sessions/gateway-e2e"
 
 	var refusal gateway.ErrorBody
+	// The gateway takes tokens of its own audience only: the operator's
+	// token for the API server, which the gateway could replay there, is
+	// refused.
+	if status := gatewayCall(t, http.MethodGet, session+"/snapshot", serviceAccountToken(t, "session-operator"), nil, &refusal); status != http.StatusUnauthorized ||
+		!strings.Contains(refusal.Message, gateway.DefaultAudience) {
+		t.Fatalf("a token for the API server answered %d %+v, want 401 naming the gateway's audience", status, refusal)
+	}
 	if status := gatewayCall(t, http.MethodPost, session, reader, gateway.StartRequest{Message: "hi"}, &refusal); status != http.StatusForbidden {
 		t.Fatalf("a reader's start answered %d %+v, want 403", status, refusal)
 	}

@@ -134,7 +134,7 @@ spec:
 
 	seen := &messages{}
 	base := "http://" + readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=gateway") + ":8080"
-	tokenA, tokenB := tokenIn(t, "team-a", "people"), tokenIn(t, "team-b", "people")
+	tokenA, tokenB := gatewayTokenIn(t, "team-a", "people"), gatewayTokenIn(t, "team-b", "people")
 	sessionURL := func(ns, agent, id string) string {
 		return base + "/api/v1/namespaces/" + ns + "/agents/" + agent + "/sessions/" + id
 	}
@@ -411,11 +411,24 @@ func pendingInterrupt(t *testing.T, session, token string) string {
 	return id
 }
 
-// tokenIn asks the API server for a short-lived token of a service account.
+// tokenIn asks the API server for a short-lived token of a service account,
+// for the API server itself.
 func tokenIn(t *testing.T, namespace, name string) string {
 	t.Helper()
+	return requestToken(t, namespace, name, nil)
+}
+
+// gatewayTokenIn asks for a short-lived token of a service account for the
+// gateway's own audience, which the API server refuses.
+func gatewayTokenIn(t *testing.T, namespace, name string) string {
+	t.Helper()
+	return requestToken(t, namespace, name, []string{gateway.DefaultAudience})
+}
+
+func requestToken(t *testing.T, namespace, name string, audiences []string) string {
+	t.Helper()
 	tr, err := core.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600)), Audiences: audiences}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
