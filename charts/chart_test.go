@@ -288,6 +288,7 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		"ClusterRole/stepwise-gateway", "ClusterRoleBinding/stepwise-gateway",
 		"Deployment/stepwise", "Deployment/stepwise-event-hub", "Deployment/stepwise-gateway",
 		"NetworkPolicy/stepwise", "NetworkPolicy/stepwise-event-hub", "NetworkPolicy/stepwise-gateway",
+		"Role/stepwise-gateway", "RoleBinding/stepwise-gateway",
 		"Role/stepwise-leader-election", "RoleBinding/stepwise-leader-election", "Secret/stepwise-event-hub-publish-keys", "Secret/stepwise-event-hub-read-tokens",
 		"Service/stepwise-event-hub", "Service/stepwise-gateway", "Service/stepwise-metrics",
 		"ServiceAccount/stepwise", "ServiceAccount/stepwise-gateway",
@@ -343,6 +344,7 @@ func TestDefaultRenderIsTheOperatorWithItsGeneratedRoleAndCRDs(t *testing.T) {
 		// administrator's own ClusterEngine "default" is the default.
 		"--operator-namespace=stepwise-system", "--default-engine=default", "--allow-namespace-engines=false",
 		"--worker-image=" + defaultPrefix + "/agent-worker:" + version, "--worker-network-policies",
+		"--gateway-grants-configmap=stepwise-gateway-grants",
 		"--event-hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--event-hub-publish-keys-file=/etc/stepwise/event-hub-publish-keys/keys",
 		"--zap-log-level=info", "--zap-encoder=json",
 	}
@@ -385,6 +387,33 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 	if binding.RoleRef.Name != role.Name || !slices.Equal(binding.Subjects, []rbacv1.Subject{wantSubject}) {
 		t.Errorf("the gateway's ClusterRoleBinding binds %s to %v, want %s to %v", binding.RoleRef.Name, binding.Subjects, role.Name, wantSubject)
 	}
+	// The gateway reads no Secret cluster-wide, and in the operator's
+	// namespace gets the ClusterEngines' credentials one by name and
+	// watches the grants the operator publishes.
+	for _, rule := range role.Rules {
+		if slices.Contains(rule.Resources, "secrets") {
+			t.Errorf("the gateway's ClusterRole reads Secrets: %+v", rule)
+		}
+	}
+	local := get[rbacv1.Role](t, objs, "Role/stepwise-gateway")
+	wantLocal := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	if !equalJSON(t, local.Rules, wantLocal) || local.Namespace != releaseNS {
+		t.Errorf("the gateway's Role in %s = %s", local.Namespace, mustYAML(t, local.Rules))
+	}
+	if lb := get[rbacv1.RoleBinding](t, objs, "RoleBinding/stepwise-gateway"); lb.RoleRef.Name != local.Name || !slices.Equal(lb.Subjects, []rbacv1.Subject{wantSubject}) {
+		t.Errorf("the gateway's RoleBinding binds %s to %v", lb.RoleRef.Name, lb.Subjects)
+	}
+	withEngines, err := render(t, "--set", "tenancy.namespaceEngines=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := get[rbacv1.ClusterRole](t, parse(t, withEngines), "ClusterRole/stepwise-gateway").Rules
+	if last := extra[len(extra)-1]; !slices.Equal(last.Resources, []string{"secrets"}) || !slices.Equal(last.Verbs, []string{"get"}) {
+		t.Errorf("with namespace engines, the gateway cannot get their credentials: %+v", last)
+	}
 
 	gateway := get[appsv1.Deployment](t, objs, "Deployment/stepwise-gateway")
 	pod := gateway.Spec.Template.Spec
@@ -397,7 +426,7 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 	}
 	wantArgs := []string{"--listen=:8080", "--hub-url=http://stepwise-event-hub.stepwise-system.svc:8090", "--hub-read-tokens-file=/etc/stepwise/event-hub-read-tokens/tokens",
 		// A token made for the gateway is one the API server refuses.
-		"--token-audiences=stepwise-gateway",
+		"--token-audiences=stepwise-gateway", "--gateway-grants-configmap=stepwise-gateway-grants",
 		"--operator-namespace=stepwise-system", "--default-engine=default", "--allow-namespace-engines=false"}
 	if !slices.Equal(container.Args, wantArgs) {
 		t.Errorf("gateway args = %q, want %q", container.Args, wantArgs)
@@ -639,7 +668,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 		"--operator-namespace=" + releaseNS, "--default-engine=shared-temporal", "--allow-namespace-engines=true",
 		"--worker-image=" + registry + "/agent-worker:0.4.0", "--media-host-path-roots=/srv/stepwise-media,team-a:/mnt/team-a-media,/mnt/agents/media",
 		"--otlp-endpoint=http://otel-collector.observability:4317", "--otlp-protocol=grpc",
-		"--worker-network-policies", "--metrics-namespace=monitoring",
+		"--worker-network-policies", "--metrics-namespace=monitoring", "--gateway-grants-configmap=stepwise-all-gateway-grants",
 		"--event-hub-url=https://event-hub.agents.example.com:9443", "--event-hub-publish-keys-file=/etc/stepwise/event-hub-publish-keys/keys",
 		"--zap-log-level=2", "--zap-encoder=console",
 	}
@@ -687,7 +716,7 @@ func TestAllValuesReachTheOperator(t *testing.T) {
 	gatewayPod := gateway.Spec.Template.Spec
 	wantGatewayArgs := []string{
 		"--listen=:8443", "--hub-url=https://event-hub.agents.example.com:9443", "--hub-read-tokens-file=/etc/stepwise/event-hub-read-tokens/tokens",
-		"--token-audiences=stepwise-gateway,https://kubernetes.default.svc",
+		"--token-audiences=stepwise-gateway,https://kubernetes.default.svc", "--gateway-grants-configmap=stepwise-all-gateway-grants",
 		"--operator-namespace=" + releaseNS, "--default-engine=shared-temporal", "--allow-namespace-engines=true",
 	}
 	if got := gatewayPod.Containers[0].Args; !slices.Equal(got, wantGatewayArgs) {

@@ -55,6 +55,8 @@ func run(logger *slog.Logger) error {
 	audiences := flag.String("token-audiences", gateway.DefaultAudience,
 		"Comma-separated audiences a Kubernetes bearer token must be for; empty takes the API server's, so a token the gateway "+
 			"is shown could be replayed against the API server.")
+	grants := flag.String("gateway-grants-configmap", "",
+		"The ConfigMap of --operator-namespace the operator publishes the application tokens' grants in; empty takes Kubernetes tokens alone.")
 	engineFlags := engineflags.Bind(flag.CommandLine)
 	flag.Parse()
 
@@ -81,10 +83,11 @@ func run(logger *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	servers := map[string]http.Handler{}
+	servers := map[string]served{}
 	if hubListen != "" {
 		h := hub.New(hub.NewEpoch(), hub.DefaultLimits, time.Now)
-		servers[hubListen] = hubapi.NewServer(h, hubapi.ServerOptions{PublishKeys: publishKeys.Get, ReadTokens: readTokens.Get}).Handler()
+		servers[hubListen] = served{hubapi.NewServer(h, hubapi.ServerOptions{PublishKeys: publishKeys.Get, ReadTokens: readTokens.Get}).Handler(),
+			serving.HubLimits}
 		if hubURL == "" {
 			hubURL, err = localURL(hubListen)
 			if err != nil {
@@ -94,12 +97,12 @@ func run(logger *slog.Logger) error {
 	}
 
 	if listen != "" {
-		api, closeAPI, err := sessionAPI(ctx, logger, engineFlags, *audiences, hubURL, readTokens)
+		api, closeAPI, err := sessionAPI(ctx, logger, engineFlags, *audiences, *grants, hubURL, readTokens)
 		if err != nil {
 			return err
 		}
 		defer closeAPI()
-		servers[listen] = api
+		servers[listen] = served{api, serving.DefaultLimits}
 	}
 	if len(servers) == 0 {
 		return errors.New("nothing to serve: --listen and --hub-listen are both empty")
@@ -111,7 +114,7 @@ func run(logger *slog.Logger) error {
 }
 
 // sessionAPI builds the session routes over the cluster's Agents.
-func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *engineflags.Flags, audiences, hubURL string,
+func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *engineflags.Flags, audiences, grants, hubURL string,
 	readTokens *hubapi.FileSource[*hubapi.ReadTokens]) (http.Handler, func(), error) {
 	var defaults render.Defaults
 	if err := engineFlags.Apply(&defaults); err != nil {
@@ -125,7 +128,8 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	kube, informers, err := gateway.NewKubernetesClient(ctx, cfg, scheme)
+	source := gateway.GrantsSource{Namespace: engineFlags.OperatorNamespace, Name: grants}
+	kube, informers, err := gateway.NewKubernetesClient(ctx, cfg, scheme, source)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,11 +141,13 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	if err != nil {
 		return nil, nil, err
 	}
-	// An application token from a labeled Secret is checked first; any
+	// An application token the operator published is checked first; any
 	// other bearer token goes to the API server.
 	auth := &gateway.TokenAuthorizer{Next: kubeAuth}
-	if err := gateway.WatchApplicationTokens(ctx, informers, auth, logger); err != nil {
-		return nil, nil, err
+	if grants != "" {
+		if err := gateway.WatchPublishedGrants(ctx, informers, auth, source, logger); err != nil {
+			return nil, nil, err
+		}
 	}
 	engines := engineadmin.New(logr.FromSlogHandler(logger.Handler()))
 	opts := gateway.Options{
@@ -156,14 +162,20 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	return gateway.New(opts).Handler(), engines.Close, nil
 }
 
+// served is one server's routes and limits.
+type served struct {
+	handler http.Handler
+	limits  serving.Limits
+}
+
 // serve runs one HTTP server per address, each within serving's limits,
 // until ctx ends, then lets each finish its requests for a few seconds;
 // event streams end then, and browsers resume them on another replica.
-func serve(ctx context.Context, logger *slog.Logger, servers map[string]http.Handler) error {
+func serve(ctx context.Context, logger *slog.Logger, servers map[string]served) error {
 	errs := make(chan error, len(servers))
 	var running []*serving.Server
-	for addr, handler := range servers {
-		srv, err := serving.Listen(ctx, addr, handler, serving.DefaultLimits)
+	for addr, s := range servers {
+		srv, err := serving.Listen(ctx, addr, s.handler, s.limits)
 		if err != nil {
 			return fmt.Errorf("serving %s: %w", addr, err)
 		}

@@ -47,6 +47,7 @@ func run() error {
 		tokenLifetime           time.Duration
 		networkPolicies         bool
 		metricsNamespace        string
+		gatewayGrants           string
 		otlpEndpoint, otlpProto string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
@@ -75,6 +76,8 @@ func run() error {
 		"File of the event hub's publish keys, one per line as ID:KEY, the signing key first; the operator signs each Agent's publish token with it. Required with --event-hub-url; read again while running.")
 	flag.DurationVar(&tokenLifetime, "event-hub-token-lifetime", hubapi.DefaultTokenLifetime,
 		"How long an Agent's event hub publish token is valid; the operator renews it, rolling the Agent's workers, when a third is left.")
+	flag.StringVar(&gatewayGrants, "gateway-grants-configmap", "",
+		"A ConfigMap of --operator-namespace to publish the gateways' application tokens in, each by its SHA-256, so gateways read no Secret; empty publishes none.")
 	flag.BoolVar(&networkPolicies, "worker-network-policies", false,
 		"Give each Agent's workers a NetworkPolicy that lets in only the kubelet's probes and, from --metrics-namespace, metric scrapes.")
 	flag.StringVar(&metricsNamespace, "metrics-namespace", "",
@@ -138,7 +141,8 @@ func run() error {
 	defer engines.Close()
 	probe := &controller.Engines{Client: engines}
 	if err := controller.Setup(ctx, mgr, controller.Options{Defaults: defaults, OperatorNamespace: engineFlags.OperatorNamespace,
-		Engines: probe, Probe: probe, PollerQuietPeriod: pollerQuietPeriod, VersionedRollouts: versionedRollouts}); err != nil {
+		Engines: probe, Probe: probe, PollerQuietPeriod: pollerQuietPeriod, VersionedRollouts: versionedRollouts,
+		GatewayGrants: gatewayGrants}); err != nil {
 		return err
 	}
 	// The Agents' rollout metrics, beside controller-runtime's own.

@@ -27,7 +27,7 @@ var _ = Describe("MediaStore reconciler", func() {
 			haveStatusReason(metav1.ConditionTrue, agentsv1.ReasonReferencedByAgents),
 			HaveField("Message", ContainSubstring("reader"))))
 		Expect(ms.Finalizers).To(ContainElement(agentsv1.MediaStoreProtectionFinalizer))
-		Expect(ms.Status.StoreURI).To(Equal("file:///srv/stepwise/media"))
+		Expect(ms.Status.StoreURI).To(Equal("file:///srv/stepwise/" + ns + "/media"))
 
 		Expect(k8sClient.Delete(suiteCtx, ms)).To(Succeed())
 		Eventually(conditionOf(ms, agentsv1.ConditionInUse)).Should(And(

@@ -83,6 +83,9 @@ type Options struct {
 	// PollerQuietPeriod is how long a worker must not have polled to count
 	// as stopped; zero means DefaultPollerQuietPeriod.
 	PollerQuietPeriod time.Duration
+	// GatewayGrants, when set, is the ConfigMap of the operator's namespace
+	// the application tokens' grants are published in for the gateways.
+	GatewayGrants string
 }
 
 // Setup registers the field indexes and every reconciler with a manager.
@@ -116,6 +119,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	mediaStores := &MediaStoreReconciler{Client: mgr.GetClient(), APIReader: reader, HostPathRoots: opts.Defaults.MediaHostPathRoots}
 	if err := mediaStores.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MediaStore controller: %w", err)
+	}
+	if opts.GatewayGrants != "" {
+		grants := &GrantsPublisher{Client: mgr.GetClient(), APIReader: reader, Namespace: opts.OperatorNamespace, Name: opts.GatewayGrants}
+		if err := grants.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the gateway grants publisher: %w", err)
+		}
 	}
 	return nil
 }

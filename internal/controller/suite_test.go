@@ -77,6 +77,10 @@ var operatorDefaults = render.Defaults{
 	WorkerNetworkPolicy: &render.WorkerNetworkPolicy{MetricsNamespace: "monitoring"},
 }
 
+// gatewayGrants is the ConfigMap the operator publishes the gateways'
+// application token grants in.
+const gatewayGrants = "stepwise-gateway-grants"
+
 // eventHubURL and eventHubKeys are the event hub the operator hands its
 // workers in these tests.
 const eventHubURL = "http://stepwise-event-hub.stepwise-system.svc:8090"
@@ -166,6 +170,7 @@ var _ = BeforeSuite(func() {
 		PollerQuietPeriod: 10 * time.Second,
 		VersionedRollouts: true,
 		SpendRecheck:      time.Second,
+		GatewayGrants:     gatewayGrants,
 	})).To(Succeed())
 	suiteManager = mgr
 	managerDone = make(chan struct{})

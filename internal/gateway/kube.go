@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -35,15 +36,17 @@ import (
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
-// The gateway's role: it reads Agents, the worker Deployments that say
-// which Agent holds a claim, the ClusterEngines and the labels of
-// namespaces that say which engine an Agent may use, the Secrets an
-// Agent's engine takes credentials from, the application token Secrets and
-// the session Flow graph ConfigMaps, and asks the API server who a caller
-// is and what they may do.
+// The gateway's cluster role: it reads Agents, the worker Deployments that
+// say which Agent holds a claim, the ClusterEngines and the labels of
+// namespaces that say which engine an Agent may use, and the session Flow
+// graph ConfigMaps, and asks the API server who a caller is and what they
+// may do. It reads no Secret cluster-wide: the chart adds a Role in the
+// operator's namespace to get the ClusterEngines' credential Secrets and
+// watch the published grants, and a cluster-wide get of Secrets only where
+// namespaces may name engines of their own, whose credentials live in
+// their namespaces.
 // +kubebuilder:rbac:groups=agents.stepwise.run,resources=agents;clusterengines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -364,32 +367,38 @@ func reviewUnavailable(what string, err error) error {
 }
 
 // NewKubernetesClient returns the gateway's client and its cache: Agents,
-// the worker Deployments that hold Flow types and the application token
-// Secrets are read from the cache, kept until ctx ends, so a request costs
-// no list; other Secrets are read from the API server when needed, so the
-// gateway keeps no copy of the cluster's Secrets.
-func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (client.Client, cache.Cache, error) {
+// the worker Deployments that hold Flow types and the published grants
+// ConfigMap are read from the cache, kept until ctx ends, so a request
+// costs no list; the Secrets an engine takes credentials from are read
+// from the API server when needed, one by name, so the gateway may get
+// those and list none.
+// An empty grants.Name watches no grants.
+func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, grants GrantsSource) (client.Client, cache.Cache, error) {
 	claimed, err := labels.NewRequirement(render.LabelFlowClaim, selection.Exists, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	objects, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}: {Label: labels.NewSelector().Add(*claimed)},
-		&corev1.Secret{}:     {Label: ApplicationTokenSelector()},
-	}})
+	byObject := map[client.Object]cache.ByObject{&appsv1.Deployment{}: {Label: labels.NewSelector().Add(*claimed)}}
+	watched := []client.Object{&agentsv1.Agent{}, &agentsv1.ClusterEngine{}, &appsv1.Deployment{}}
+	if grants.Name != "" {
+		byObject[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: map[string]cache.Config{grants.Namespace: {}},
+			Field: fields.OneTermEqualSelector("metadata.name", grants.Name)}
+		watched = append(watched, &corev1.ConfigMap{})
+	}
+	objects, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject})
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the gateway's cache: %w", err)
 	}
 	// Informers start on first use; asking now makes the first request
 	// quick and a missing permission fail here rather than per request.
-	for _, obj := range []client.Object{&agentsv1.Agent{}, &agentsv1.ClusterEngine{}, &appsv1.Deployment{}, &corev1.Secret{}} {
+	for _, obj := range watched {
 		if _, err := objects.GetInformer(ctx, obj); err != nil {
 			return nil, nil, fmt.Errorf("watching %T: %w", obj, err)
 		}
 	}
 	go func() { _ = objects.Start(ctx) }()
 	if !objects.WaitForCacheSync(ctx) {
-		return nil, nil, errors.New("the gateway's cache of Agents, worker Deployments and application tokens did not sync")
+		return nil, nil, errors.New("the gateway's cache of Agents, worker Deployments and published grants did not sync")
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{
 		Reader: objects, DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &corev1.Namespace{}},

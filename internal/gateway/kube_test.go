@@ -20,11 +20,13 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
@@ -84,15 +86,54 @@ func startKube(t *testing.T) *kube {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "stepwise-gateway"}},
 	}))
+	// The chart's Role in the operator's namespace, the gateway's only
+	// read of Secrets.
+	must(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}))
+	must(t, admin.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "stepwise-gateway"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+		},
+	}))
+	must(t, admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "stepwise-gateway"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "stepwise-gateway"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "stepwise-gateway"}},
+	}))
 	user, err := env.AddUser(envtest.User{Name: "stepwise-gateway"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, informers, err := gateway.NewKubernetesClient(ctx, user.Config(), scheme)
+	gw, informers, err := gateway.NewKubernetesClient(ctx, user.Config(), scheme, grantsSource)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &kube{admin: admin, gateway: gw, gatewayConfig: user.Config(), informers: informers}
+}
+
+// operatorNamespace is where the operator runs in these tests, and
+// grantsSource the ConfigMap it publishes the application tokens' grants in.
+const operatorNamespace = "stepwise-system"
+
+var grantsSource = gateway.GrantsSource{Namespace: operatorNamespace, Name: "stepwise-gateway-grants"}
+
+// publishGrants does what the operator does when a labeled Secret changes:
+// publish every labeled Secret's grants, by the token's digest.
+func (k *kube) publishGrants(t *testing.T) {
+	t.Helper()
+	var list corev1.SecretList
+	must(t, k.admin.List(t.Context(), &list, client.MatchingLabelsSelector{Selector: gateway.ApplicationTokenSelector()}))
+	doc, err := json.Marshal(gateway.PublishGrants(list.Items))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: grantsSource.Namespace, Name: grantsSource.Name}}
+	_, err = controllerutil.CreateOrUpdate(t.Context(), k.admin, cm, func() error {
+		cm.Data = map[string]string{gateway.PublishedGrantsKey: string(doc)}
+		return nil
+	})
+	must(t, err)
 }
 
 func must(t *testing.T, err error) {
@@ -266,7 +307,8 @@ func TestApplicationTokensFollowTheirSecrets(t *testing.T) {
 		StringData: map[string]string{"token": unlabeled, "verbs": "get"}}))
 
 	auth := &gateway.TokenAuthorizer{Next: k.authorizer(t, gateway.DefaultAuthorizerCache)}
-	must(t, gateway.WatchApplicationTokens(ctx, k.informers, auth, slog.New(slog.DiscardHandler)))
+	must(t, gateway.WatchPublishedGrants(ctx, k.informers, auth, grantsSource, slog.New(slog.DiscardHandler)))
+	k.publishGrants(t)
 	support := gateway.AgentRef{Namespace: "team-a", Name: "support"}
 	authorize := func(tok string, ref gateway.AgentRef, verb gateway.Verb) error {
 		return auth.Authorize(ctx, requestWith(tok), ref, verb)
@@ -294,22 +336,49 @@ func TestApplicationTokensFollowTheirSecrets(t *testing.T) {
 	copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "stolen", Labels: labeled},
 		StringData: map[string]string{"token": token, "verbs": "get"}}
 	must(t, k.admin.Create(ctx, copied))
+	k.publishGrants(t)
 	waitUntil(t, "a token two Secrets hold to be refused", func() bool {
 		return errors.Is(authorize(token, support, gateway.VerbGet), gateway.ErrUnauthenticated)
 	})
 	must(t, k.admin.Delete(ctx, copied))
+	k.publishGrants(t)
 	waitUntil(t, "the token to work again", func() bool { return authorize(token, support, gateway.VerbGet) == nil })
 
 	// Taking a verb away, then deleting the Secret, takes effect.
 	secret.StringData = map[string]string{"verbs": "get"}
 	must(t, k.admin.Update(ctx, secret))
+	k.publishGrants(t)
 	waitUntil(t, "the verb taken away to be refused", func() bool {
 		return errors.Is(authorize(token, support, gateway.VerbSend), gateway.ErrForbidden)
 	})
 	must(t, k.admin.Delete(ctx, secret))
+	k.publishGrants(t)
 	waitUntil(t, "the deleted token to be unknown", func() bool {
 		return errors.Is(authorize(token, support, gateway.VerbGet), gateway.ErrUnauthenticated)
 	})
+}
+
+// The gateway reads no Secret but the ClusterEngines' credentials, one by
+// name, in the operator's namespace: it can list none, and get none of a
+// team's.
+func TestTheGatewayReadsNoSecretsOfTheCluster(t *testing.T) {
+	k := startKube(t)
+	ctx := t.Context()
+	must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}))
+	must(t, k.admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "openai"},
+		StringData: map[string]string{"api-key": "sk-team-a"}}))
+	reader, err := client.New(k.gatewayConfig, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"", "team-a", operatorNamespace} {
+		if err := reader.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
+			t.Errorf("the gateway lists Secrets of %q: %v, want forbidden", ns, err)
+		}
+	}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "openai"}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the gateway gets a team's Secret: %v, want forbidden", err)
+	}
 }
 
 func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsNames(t *testing.T) {

@@ -3,22 +3,25 @@ package gateway
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Application tokens live in Secrets the gateway finds by a label. Each
-// grants verbs on the sessions of the Agents of the Secret's own namespace,
-// so whoever may write Secrets in a namespace may hand out access to its
-// sessions, and to no other namespace's.
+// Application tokens live in Secrets found by a label. Each grants verbs on
+// the sessions of the Agents of the Secret's own namespace, so whoever may
+// write Secrets in a namespace may hand out access to its sessions, and to
+// no other namespace's.
 const (
 	// LabelApplicationToken marks a Secret, with the value "true", as an
 	// application token of the gateway.
@@ -128,26 +131,93 @@ func joinVerbs(verbs []Verb) string {
 	return strings.Join(names, ", ")
 }
 
-// WatchApplicationTokens keeps auth's grants to the labeled Secrets in
-// informers, which must hold Secrets by ApplicationTokenSelector only:
-// every change reads them all again, and problems are logged by Secret and
-// field, never with a token.
-func WatchApplicationTokens(ctx context.Context, informers cache.Cache, auth *TokenAuthorizer, logger *slog.Logger) error {
-	informer, err := informers.GetInformer(ctx, &corev1.Secret{})
+// The operator reads the labeled Secrets and publishes their grants for the
+// gateways in a ConfigMap of its own namespace, each token by its SHA-256
+// alone, so a gateway reads no Secret and holds no token.
+const (
+	// PublishedGrantsKey holds the grants document, PublishedGrants as
+	// JSON.
+	PublishedGrantsKey = "grants.json"
+)
+
+// PublishedGrant is one application token as the operator publishes it.
+type PublishedGrant struct {
+	// SHA256 is the hex SHA-256 of the token.
+	SHA256    string   `json:"sha256"`
+	Source    string   `json:"source"`
+	Namespace string   `json:"namespace"`
+	Agents    []string `json:"agents,omitempty"`
+	Verbs     []Verb   `json:"verbs"`
+}
+
+// PublishedGrants is the grants document.
+type PublishedGrants struct {
+	Grants []PublishedGrant `json:"grants"`
+	// Problems name the Secrets that hold no usable token, and why.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// PublishGrants is the document of the labeled Secrets' grants, in the
+// order of their sources, so an unchanged set publishes the same bytes.
+func PublishGrants(secrets []corev1.Secret) PublishedGrants {
+	grants, problems := GrantsFromSecrets(secrets)
+	out := PublishedGrants{Grants: []PublishedGrant{}, Problems: problems}
+	for token, g := range grants {
+		sum := sha256.Sum256([]byte(token))
+		out.Grants = append(out.Grants, PublishedGrant{SHA256: hex.EncodeToString(sum[:]), Source: g.Source, Namespace: g.Namespace,
+			Agents: g.Agents, Verbs: g.Verbs})
+	}
+	slices.SortFunc(out.Grants, func(a, b PublishedGrant) int { return strings.Compare(a.Source, b.Source) })
+	return out
+}
+
+// SetPublishedGrants replaces the known tokens with a published document.
+func (a *TokenAuthorizer) SetPublishedGrants(p PublishedGrants) error {
+	byDigest := make(map[[sha256.Size]byte]Grant, len(p.Grants))
+	for _, g := range p.Grants {
+		raw, err := hex.DecodeString(g.SHA256)
+		if err != nil || len(raw) != sha256.Size {
+			return fmt.Errorf("the grant of %s has no SHA-256 of its token", g.Source)
+		}
+		byDigest[[sha256.Size]byte(raw)] = Grant{Source: g.Source, Namespace: g.Namespace, Agents: g.Agents, Verbs: g.Verbs}
+	}
+	a.mu.Lock()
+	a.grants = byDigest
+	a.mu.Unlock()
+	return nil
+}
+
+// GrantsSource is the ConfigMap the operator publishes the grants in.
+type GrantsSource struct {
+	Namespace, Name string
+}
+
+// WatchPublishedGrants keeps auth's grants to the published ConfigMap in
+// informers, which must hold that ConfigMap. A missing ConfigMap is no
+// grants; an unreadable one keeps the grants last read.
+func WatchPublishedGrants(ctx context.Context, informers cache.Cache, auth *TokenAuthorizer, src GrantsSource, logger *slog.Logger) error {
+	informer, err := informers.GetInformer(ctx, &corev1.ConfigMap{})
 	if err != nil {
-		return fmt.Errorf("watching application token Secrets: %w", err)
+		return fmt.Errorf("watching the published grants: %w", err)
 	}
 	reload := func() {
-		var list corev1.SecretList
-		if err := informers.List(ctx, &list, client.MatchingLabelsSelector{Selector: ApplicationTokenSelector()}); err != nil {
-			logger.Error("listing application token Secrets", "error", err)
+		var cm corev1.ConfigMap
+		err := informers.Get(ctx, client.ObjectKey{Namespace: src.Namespace, Name: src.Name}, &cm)
+		var doc PublishedGrants
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			logger.Error("reading the published grants", "configMap", src.Namespace+"/"+src.Name, "error", err)
 			return
+		default:
+			if err := json.Unmarshal([]byte(cm.Data[PublishedGrantsKey]), &doc); err != nil {
+				logger.Error("the published grants are not a grants document; keeping the last ones", "error", err)
+				return
+			}
 		}
-		grants, problems := GrantsFromSecrets(list.Items)
-		for _, p := range problems {
-			logger.Warn("an application token is not used", "problem", p)
+		if err := auth.SetPublishedGrants(doc); err != nil {
+			logger.Error("the published grants are not usable; keeping the last ones", "error", err)
 		}
-		auth.SetGrants(grants)
 	}
 	_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { reload() },
@@ -155,7 +225,7 @@ func WatchApplicationTokens(ctx context.Context, informers cache.Cache, auth *To
 		DeleteFunc: func(any) { reload() },
 	})
 	if err != nil {
-		return fmt.Errorf("watching application token Secrets: %w", err)
+		return fmt.Errorf("watching the published grants: %w", err)
 	}
 	return nil
 }

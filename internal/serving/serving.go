@@ -52,6 +52,19 @@ var DefaultLimits = Limits{
 	RequestsPerClient:    128,
 }
 
+// HubLimits suit the event hub, whose clients are few and busy: every open
+// event stream of a gateway replica is one long poll of the hub, so a
+// replica's requests in flight are its streams.
+var HubLimits = Limits{
+	ReadHeaderTimeout:    DefaultLimits.ReadHeaderTimeout,
+	ReadTimeout:          DefaultLimits.ReadTimeout,
+	WriteTimeout:         DefaultLimits.WriteTimeout,
+	IdleTimeout:          DefaultLimits.IdleTimeout,
+	MaxHeaderBytes:       16 << 10,
+	ConnectionsPerClient: 20_000,
+	RequestsPerClient:    20_000,
+}
+
 // ProbeLimits suit a port only probes and scrapers call.
 var ProbeLimits = Limits{
 	ReadHeaderTimeout:    5 * time.Second,
