@@ -61,6 +61,7 @@ func TestOperatorOnRealPods(t *testing.T) {
 		{"an upgrade across an incompatible engine version moves each session at its next turn while sessions keep answering", upgradeAcrossEngineVersions},
 		{"an Agent with an S3 MediaStore shows the model a PNG from the CLI and an MCP tool's image", imagesOnTheCluster},
 		{"two namespaces on one Temporal namespace never reach each other's sessions, workers or credentials", tenantsApart},
+		{"a store on the node is its namespace's alone, and one reached through a symbolic link never starts a worker", hostMediaStoresPerNamespace},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
