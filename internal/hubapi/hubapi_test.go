@@ -557,3 +557,24 @@ func TestAnAgentOverItsRateIsToldWhenToSendAgain(t *testing.T) {
 		t.Errorf("another Agent, under its own rate: %d", status)
 	}
 }
+
+func TestAnAgentsWorkersTakeTurnsRatherThanBeRefused(t *testing.T) {
+	th := startHub(t, hub.Limits{}, func(o *ServerOptions) { o.Rate.Concurrent = 1 })
+	token := tokenOf(testAgent)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			errs <- post(context.Background(), http.DefaultClient, th.url, token, PublishRequest{Events: []PublishedEvent{
+				{Session: fmt.Sprintf("s-%d", w), Event: delta("t1", strings.Repeat("x", 64<<10))},
+			}})
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a worker of the Agent, publishing beside seven others: %v", err)
+		}
+	}
+}

@@ -90,7 +90,7 @@ type PublishRate struct {
 	BytesPerSecond  float64
 	ByteBurst       int
 	// Concurrent is how many publish requests of one Agent the hub reads
-	// at once.
+	// at once; more wait a few seconds for their turn.
 	Concurrent int
 }
 
@@ -132,8 +132,9 @@ type Server struct {
 
 type agentLimiter struct {
 	events, bytes *rate.Limiter
-	inFlight      int
-	used          time.Time
+	// slots holds one token per publish request of the Agent being read.
+	slots chan struct{}
+	used  time.Time
 }
 
 // NewServer serves h to holders of the tokens opts checks.
@@ -161,8 +162,12 @@ func NewServer(h *hub.Hub, opts ServerOptions) *Server {
 // publish; a new one starts with a full burst.
 const limiterIdle = 10 * time.Minute
 
-// enter admits one publish request of an Agent, or says how long to wait.
-func (s *Server) enter(agent PublishClaims, now time.Time) (release func(), retryAfter time.Duration) {
+// slotWait is how long a publish request waits for one of its Agent's
+// slots, behind the Agent's other workers, before it is told to come back.
+const slotWait = 5 * time.Second
+
+// limiter returns an Agent's limiter, made on its first publish.
+func (s *Server) limiter(agent PublishClaims, now time.Time) *agentLimiter {
 	agent.Expires = time.Time{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -170,7 +175,7 @@ func (s *Server) enter(agent PublishClaims, now time.Time) (release func(), retr
 	if l == nil {
 		if len(s.limiters) >= 1024 {
 			for k, v := range s.limiters {
-				if v.inFlight == 0 && now.Sub(v.used) > limiterIdle {
+				if len(v.slots) == 0 && now.Sub(v.used) > limiterIdle {
 					delete(s.limiters, k)
 				}
 			}
@@ -178,22 +183,31 @@ func (s *Server) enter(agent PublishClaims, now time.Time) (release func(), retr
 		l = &agentLimiter{
 			events: rate.NewLimiter(rate.Limit(s.opts.Rate.EventsPerSecond), s.opts.Rate.EventBurst),
 			bytes:  rate.NewLimiter(rate.Limit(s.opts.Rate.BytesPerSecond), s.opts.Rate.ByteBurst),
+			slots:  make(chan struct{}, s.opts.Rate.Concurrent),
 		}
 		s.limiters[agent] = l
 	}
 	l.used = now
-	if l.inFlight >= s.opts.Rate.Concurrent {
-		return nil, time.Second
-	}
+	return l
+}
+
+// enter admits one publish request of an Agent: within its rate, and once
+// one of its slots is free. Otherwise it says how long to wait.
+func (s *Server) enter(ctx context.Context, agent PublishClaims, now time.Time) (release func(), retryAfter time.Duration) {
+	l := s.limiter(agent, now)
 	if l.events.TokensAt(now) < 1 || l.bytes.TokensAt(now) < 1 {
 		return nil, retryAfterOf(l, now)
 	}
-	l.inFlight++
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		l.inFlight--
-	}, 0
+	timer := time.NewTimer(slotWait)
+	defer timer.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return func() { <-l.slots }, 0
+	case <-timer.C:
+		return nil, time.Second
+	case <-ctx.Done():
+		return nil, time.Second
+	}
 }
 
 // charge takes what a read request carried from its Agent's allowance; the
@@ -256,7 +270,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusUnauthorized, "unauthorized", err.Error())
 		return
 	}
-	release, retryAfter := s.enter(claims, now)
+	release, retryAfter := s.enter(r.Context(), claims, now)
 	if release == nil {
 		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter.Seconds())))
 		refuse(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf(
