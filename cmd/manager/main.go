@@ -12,10 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/stepwise-run/stepwise/internal/controller"
@@ -123,10 +121,12 @@ func run() error {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controller.CacheOptions(),
-		Metrics:                metricsOptions(metricsAddr, metricsSecure),
-		HealthProbeBindAddress: probeAddr,
+		Scheme: scheme,
+		Cache:  controller.CacheOptions(),
+		// The probes and metrics are served below, within the project's
+		// server limits.
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "operator.agents.stepwise.run",
 	})
@@ -134,6 +134,22 @@ func run() error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
+	probes, err := probeServer(ctx, probeAddr)
+	if err != nil {
+		return fmt.Errorf("--health-probe-bind-address: %w", err)
+	}
+	if err := mgr.Add(runnable{srv: probes}); err != nil {
+		return err
+	}
+	if metricsAddr != "0" {
+		srv, err := metricsServer(ctx, metricsAddr, metricsSecure, cfg)
+		if err != nil {
+			return fmt.Errorf("--metrics-bind-address: %w", err)
+		}
+		if err := mgr.Add(runnable{srv: srv, tls: metricsSecure}); err != nil {
+			return err
+		}
+	}
 	if pollerQuietPeriod <= 0 {
 		return fmt.Errorf("--poller-quiet-period must be positive, not %s", pollerQuietPeriod)
 	}
@@ -148,12 +164,6 @@ func run() error {
 	// The Agents' rollout metrics, beside controller-runtime's own.
 	if err := metrics.Registry.Register(&controller.AgentCollector{Reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("registering the Agent metrics: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
 	}
 	ctrl.Log.WithName("setup").Info("starting the operator", "version", version.Operator, "engineVersion", version.EngineVersion,
 		"defaultEngine", engineFlags.DefaultEngine, "allowNamespaceEngines", engineFlags.AllowNamespaceEngines,
@@ -184,16 +194,4 @@ func eventHub(url, keysFile string, lifetime time.Duration) (*render.EventHub, e
 		ctrl.Log.WithName("setup").Error(err, "rereading the event hub publish keys; keeping the last good ones")
 	}
 	return &render.EventHub{URL: url, Keys: keys.Get, TokenLifetime: lifetime}, nil
-}
-
-// metricsOptions serves the metrics, which name every Agent, to
-// authorized callers only unless told otherwise. Without a certificate
-// the server makes a self-signed one; scrapers skip its verification and
-// authenticate with their own token.
-func metricsOptions(address string, secure bool) metricsserver.Options {
-	opts := metricsserver.Options{BindAddress: address, SecureServing: secure}
-	if secure {
-		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-	return opts
 }

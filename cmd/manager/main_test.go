@@ -1,11 +1,15 @@
 package main
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stepwise-run/stepwise/internal/serving"
 )
 
 func TestEventHubFlags(t *testing.T) {
@@ -54,5 +58,45 @@ func TestEventHubFlags(t *testing.T) {
 				t.Errorf("URL = %q", hub.URL)
 			}
 		})
+	}
+}
+
+// The operator's probes and metrics are served within the project's limits
+// for ports only probes and scrapers call.
+func TestTheOperatorServesProbesAndMetricsWithinLimits(t *testing.T) {
+	ctx := t.Context()
+	probes, err := probeServer(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsSrv, err := metricsServer(ctx, "127.0.0.1:0", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range []*serving.Server{probes, metricsSrv} {
+		go func() { _ = srv.Serve() }()
+		t.Cleanup(func() { _ = srv.Close() })
+		if srv.ReadHeaderTimeout != serving.ProbeLimits.ReadHeaderTimeout || srv.ReadTimeout != serving.ProbeLimits.ReadTimeout ||
+			srv.WriteTimeout != serving.ProbeLimits.WriteTimeout || srv.IdleTimeout != serving.ProbeLimits.IdleTimeout ||
+			srv.MaxHeaderBytes != serving.ProbeLimits.MaxHeaderBytes {
+			t.Errorf("a server of the operator runs without the probe limits: %+v", srv.Server)
+		}
+	}
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/readyz/ping"} {
+		if status, _ := get("http://" + probes.Addr().String() + path); status != http.StatusOK {
+			t.Errorf("GET %s = %d", path, status)
+		}
+	}
+	if status, body := get("http://" + metricsSrv.Addr().String() + "/metrics"); status != http.StatusOK || !strings.Contains(body, "# HELP") {
+		t.Errorf("GET /metrics = %d %.80q", status, body)
 	}
 }

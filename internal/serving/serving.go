@@ -219,3 +219,6 @@ func (p *perClientRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	p.next.ServeHTTP(w, r)
 }
+
+// ServeTLS serves TLS with the certificates of the server's TLSConfig.
+func (s *Server) ServeTLS() error { return s.Server.ServeTLS(s.listener, "", "") }
