@@ -52,7 +52,7 @@ func run() error {
 	flag.BoolVar(&metricsSecure, "metrics-secure", true,
 		"Serve metrics over HTTPS only to callers that Kubernetes authenticates (TokenReview) and authorizes for GET /metrics "+
 			"(SubjectAccessReview); false serves plain HTTP to anyone who reaches the port.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes; 0 turns them off.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect one active operator among replicas.")
 	engineFlags := engineflags.Bind(flag.CommandLine)
 	flag.StringVar(&workerImage, "worker-image", "ghcr.io/stepwise-run/agent-worker:"+version.Operator,
@@ -134,12 +134,14 @@ func run() error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	probes, err := probeServer(ctx, probeAddr)
-	if err != nil {
-		return fmt.Errorf("--health-probe-bind-address: %w", err)
-	}
-	if err := mgr.Add(runnable{srv: probes}); err != nil {
-		return err
+	if probeAddr != "0" {
+		probes, err := probeServer(ctx, probeAddr)
+		if err != nil {
+			return fmt.Errorf("--health-probe-bind-address: %w", err)
+		}
+		if err := mgr.Add(runnable{srv: probes}); err != nil {
+			return err
+		}
 	}
 	if metricsAddr != "0" {
 		srv, err := metricsServer(ctx, metricsAddr, metricsSecure, cfg)
