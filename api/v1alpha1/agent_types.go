@@ -851,9 +851,11 @@ type AgentStatus struct {
 
 // SpendStatus is an Agent's spend against its agent budget in one window.
 type SpendStatus struct {
-	// WindowStart and WindowEnd bound the current window.
+	// WindowStart is when the current window began.
 	WindowStart metav1.Time `json:"windowStart"`
-	WindowEnd   metav1.Time `json:"windowEnd"`
+	// WindowEnd is when the current window ends and the counts start again
+	// from zero.
+	WindowEnd metav1.Time `json:"windowEnd"`
 	// Tokens are the input and output tokens spent in the window.
 	Tokens int64 `json:"tokens"`
 	// TokenBudget is the agent budget's tokens; unset without one.
