@@ -131,14 +131,34 @@ chart-check: $(HELM) $(KUBECONFORM) envtest monitoring-crds ## Lint the Helm cha
 		| $(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)'
 	$(KUBECONFORM) -strict -summary -schema-location '$(KUBECONFORM_SCHEMA)' config/samples examples/autoscaling/hpa.yaml
 
+# The test environment: the variables internal/testtools reads, naming the
+# tools the targets below build, written once for every test target. With
+# STEPWISE_TEST_TOOLS_REQUIRED a test whose tool is missing fails instead
+# of skipping.
+TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
+	STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin STEPWISE_VERSITYGW=$(VERSITYGW) \
+	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) \
+	STEPWISE_MONITORING_CRDS=$(MONITORING_CRDS) STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) \
+	STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) STEPWISE_TEST_TOOLS_REQUIRED=1
+# What the end-to-end suite reads besides: its cluster's binaries, the
+# images, the previous release, and the release's registry and tag.
+E2E_ENV := STEPWISE_E2E_KUBE_BIN=$(KUBE_DIR) STEPWISE_E2E_ETCD=$(ETCD_DIR)/etcd STEPWISE_E2E_IMAGES=$(BIN)/images \
+	STEPWISE_E2E_PREVIOUS_RELEASE=$(PREVIOUS_ENGINE_DIR)/release STEPWISE_E2E_PREVIOUS_TAG=$(PREVIOUS_ENGINE_TAG) \
+	STEPWISE_E2E_PREVIOUS_ENGINE_VERSION=$(PREVIOUS_ENGINE_VERSION) STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION)
+# The names alone, which the unit lane unsets.
+TEST_ENV_NAMES := $(foreach v,$(TEST_ENV) $(E2E_ENV),$(firstword $(subst =, ,$(v))))
+# Every package but the end-to-end suite's, which has its own lane.
+TEST_PACKAGES = $$(go list ./... | grep -v '/test/e2e')
+
 .PHONY: test
 test: verify-tree verify-gen vet lint envtest temporal mcp-servers versitygw browser-driver chart-check ## Run everything CI runs: generated-file check, vet, lint, the chart check, every test on a real API server, Temporal dev server, MCP servers and S3 server, a short fuzz run, then the end-to-end suite on a real single-node cluster.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) STEPWISE_MCP_SERVERS=$(MCP_SERVERS)/node_modules/.bin \
-	STEPWISE_HELM=$(HELM) STEPWISE_KUBECONFORM=$(KUBECONFORM) STEPWISE_KUBESCHEMAS=$(KUBESCHEMAS) STEPWISE_VERSITYGW=$(VERSITYGW) \
-	STEPWISE_MONITORING_CRDS=$(MONITORING_CRDS) STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) \
-		go test $(GO_TEST_FLAGS) ./...
+	$(TEST_ENV) go test $(GO_TEST_FLAGS) $(TEST_PACKAGES)
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory e2e
+
+.PHONY: test-unit
+test-unit: ## Run the tests that need no external tool, in a few minutes; the others skip, naming the target that builds their tool.
+	env $(addprefix -u ,$(TEST_ENV_NAMES)) go test $(GO_TEST_FLAGS) $(TEST_PACKAGES)
 
 # Fuzz targets, as package:target; each runs for FUZZTIME on top of its
 # committed corpus under testdata/fuzz.
@@ -154,13 +174,12 @@ fuzz: ## Fuzz the image sniffers and the reference validator for FUZZTIME each.
 
 .PHONY: record-histories
 record-histories: temporal ## Record this engine version's session histories, which later versions must replay.
-	STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
-	STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories/$$(sed -n 's/^const EngineVersion = "\(.*\)"/\1/p' internal/version/version.go) \
+	$(TEST_ENV) STEPWISE_RECORD_HISTORIES=$(CURDIR)/internal/engine/testdata/histories/$$(sed -n 's/^const EngineVersion = "\(.*\)"/\1/p' internal/version/version.go) \
 		go test -count=1 -run 'TestRecordHistories|TestRecordSpendCounterHistory' ./internal/enginetest/
 
 .PHONY: bench
 bench: temporal ## Measure the engine's per-Step overhead and turns per second on a local Temporal server.
-	STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) go test -run '^$$' -bench . -benchtime 200x -count 1 ./internal/enginetest/
+	$(TEST_ENV) go test -run '^$$' -bench . -benchtime 200x -count 1 ./internal/enginetest/
 
 # Flags for the scale benchmark, such as SCALEBENCH_FLAGS="--agents 200 --sync-period 0".
 SCALEBENCH_FLAGS ?=
@@ -220,13 +239,7 @@ cluster-down: ## Stop the cluster make cluster started and restore what it chang
 
 .PHONY: e2e
 e2e: cluster-tools images previous-release $(HELM) temporal versitygw browser-driver ## Run the end-to-end suite on its own test cluster: the chart, the samples, real worker pods, the web page in Chromium.
-	STEPWISE_E2E_KUBE_BIN=$(KUBE_DIR) STEPWISE_E2E_ETCD=$(ETCD_DIR)/etcd STEPWISE_E2E_IMAGES=$(BIN)/images \
-	STEPWISE_E2E_PREVIOUS_RELEASE=$(PREVIOUS_ENGINE_DIR)/release STEPWISE_E2E_PREVIOUS_TAG=$(PREVIOUS_ENGINE_TAG) \
-	STEPWISE_E2E_PREVIOUS_ENGINE_VERSION=$(PREVIOUS_ENGINE_VERSION) \
-	STEPWISE_E2E_REGISTRY=$(REGISTRY) STEPWISE_E2E_VERSION=$(VERSION) STEPWISE_HELM=$(HELM) STEPWISE_TEMPORAL_SERVER=$(TEMPORAL) \
-	STEPWISE_VERSITYGW=$(VERSITYGW) \
-	STEPWISE_BROWSER_DRIVER=$(BROWSER_DRIVER)/node_modules STEPWISE_CHROMIUM=$(CHROMIUM) STEPWISE_TEST_ARTIFACTS=$(TEST_ARTIFACTS) \
-		go test -count=1 -v -timeout 40m ./test/e2e/
+	$(TEST_ENV) $(E2E_ENV) go test -count=1 -v -timeout 40m ./test/e2e/
 
 .PHONY: previous-release
 previous-release: $(PREVIOUS_ENGINE_DIR)/built ## Build the operator, gateway and end-to-end worker images and keep the chart of the previous engine version's last commit, into bin/.
@@ -342,6 +355,10 @@ $(CRANE):
 
 $(WORKFLOWCHECK):
 	cd hack/tools/workflowcheck && go build -o $@ go.temporal.io/sdk/contrib/tools/workflowcheck
+
+.PHONY: helm kubeconform
+helm: $(HELM) ## Build the pinned Helm into bin/.
+kubeconform: $(KUBECONFORM) ## Build the pinned kubeconform into bin/.
 
 $(HELM):
 	cd hack/tools/helm && go build -o $@ helm.sh/helm/v4/cmd/helm

@@ -34,6 +34,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/media"
 	workers "github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
 const (
@@ -44,15 +45,10 @@ const (
 	defaultPrefix = "ghcr.io/stepwise-run"
 )
 
-// helm returns the pinned Helm binary, or skips: make test builds it and
-// sets STEPWISE_HELM.
+// helm returns the pinned Helm binary.
 func helm(t *testing.T) string {
 	t.Helper()
-	path := os.Getenv("STEPWISE_HELM")
-	if path == "" {
-		t.Skip("STEPWISE_HELM is not set: run `make test`, or `make chart-check` and set STEPWISE_HELM=$PWD/bin/helm-<version>")
-	}
-	return path
+	return testtools.Helm.Path(t)
 }
 
 // render runs helm template for the release stepwise in stepwise-system
@@ -845,10 +841,7 @@ func withKeyFile(t *testing.T, args []string) []string {
 // The schemas `make chart-check` writes are strict: a misspelled field of a
 // rendered object fails kubeconform, naming the field.
 func TestKubeconformRefusesAMisspelledField(t *testing.T) {
-	kubeconform, schemas := os.Getenv("STEPWISE_KUBECONFORM"), os.Getenv("STEPWISE_KUBESCHEMAS")
-	if kubeconform == "" || schemas == "" {
-		t.Skip("STEPWISE_KUBECONFORM and STEPWISE_KUBESCHEMAS are not set: run `make test`, which writes the schemas in `make chart-check`")
-	}
+	kubeconform, schemas := testtools.Kubeconform.Path(t), testtools.KubeSchemas.Path(t)
 	out, err := render(t, "--include-crds")
 	if err != nil {
 		t.Fatal(err)

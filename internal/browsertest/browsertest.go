@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
 // Run runs a browser script with the variables env adds, and fails the
@@ -17,16 +19,8 @@ import (
 // STEPWISE_TEST_ARTIFACTS, or to a temporary directory without it.
 func Run(t *testing.T, script, artifacts string, env map[string]string) {
 	t.Helper()
-	driver, chromium := os.Getenv("STEPWISE_BROWSER_DRIVER"), os.Getenv("STEPWISE_CHROMIUM")
-	if driver == "" || chromium == "" {
-		t.Fatal("STEPWISE_BROWSER_DRIVER and STEPWISE_CHROMIUM must name playwright-core's node_modules and Chromium: " +
-			"run `make test`, which installs playwright-core into bin/ and finds Debian's chromium")
-	}
-	root := os.Getenv("STEPWISE_TEST_ARTIFACTS")
-	if root == "" {
-		root = t.TempDir()
-	}
-	artifacts = filepath.Join(root, artifacts)
+	driver, chromium := testtools.BrowserDriver.Path(t), testtools.Chromium.Path(t)
+	artifacts = filepath.Join(testtools.Artifacts(t), artifacts)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script)

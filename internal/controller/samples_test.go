@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
 var _ = Describe("config/samples", func() {
@@ -59,13 +60,8 @@ var _ = Describe("config/samples", func() {
 
 var _ = Describe("charts/stepwise", func() {
 	It("installs the operator's CRDs, RBAC and Deployment on a real API server, with default and with all values", func() {
-		helm := os.Getenv("STEPWISE_HELM")
-		if helm == "" {
-			Skip("STEPWISE_HELM is not set: run `make test`, which builds the pinned Helm into bin/")
-		}
-		if os.Getenv("STEPWISE_MONITORING_CRDS") == "" {
-			Skip("STEPWISE_MONITORING_CRDS is not set: run `make test`, which generates the monitors' CRDs the chart with all values needs")
-		}
+		helm := testtools.Helm.Path(GinkgoTB())
+		testtools.MonitoringCRDs.Path(GinkgoTB())
 		chart := filepath.Join("..", "..", "charts", "stepwise")
 		for _, install := range []struct {
 			namespace, account string

@@ -26,9 +26,9 @@ import (
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
-	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 	"github.com/stepwise-run/stepwise/internal/version"
 )
 
@@ -94,19 +94,19 @@ var eventHubKeys = func() *hubapi.PublishKeys {
 }()
 
 func TestControllers(t *testing.T) {
+	testtools.APIServer.Path(t)
+	testtools.Temporal.Path(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Controller suite")
 }
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS must name the directory with kube-apiserver, etcd and kubectl; run the tests with make test")
 	suiteCtx, cancel = context.WithCancel(context.Background())
 
 	crds := []string{filepath.Join("..", "..", "config", "crd", "bases")}
 	// The chart's monitors, rendered with all values, are applied too.
-	if monitoring := os.Getenv("STEPWISE_MONITORING_CRDS"); monitoring != "" {
+	if monitoring, ok := testtools.MonitoringCRDs.Lookup(); ok {
 		crds = append(crds, monitoring)
 	}
 	testEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
@@ -142,7 +142,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	operatorConfig = operator.Config()
 
-	temporal, err = devserver.Start(suiteCtx, os.Getenv(enginetest.TemporalServerEnv))
+	temporal, err = devserver.Start(suiteCtx, testtools.Temporal.Path(GinkgoTB()))
 	Expect(err).NotTo(HaveOccurred())
 	for _, ns := range []string{"green", "blue", "staging"} {
 		Expect(temporal.RegisterNamespace(suiteCtx, ns)).To(Succeed())
@@ -202,7 +202,7 @@ var _ = AfterSuite(func() {
 
 // kubectl runs the real kubectl against the test API server.
 func kubectl(args ...string) (string, error) {
-	path := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	path := filepath.Join(testtools.APIServer.Path(GinkgoTB()), "kubectl")
 	cmd := exec.Command(path, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -3,21 +3,19 @@ package devserver
 import (
 	"context"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
 // A port chosen free can be bound by another process before the server binds
 // it; parallel test packages each starting a server make that happen. Start
 // then tries fresh ports instead of failing.
 func TestStartTriesNewPortsWhenOneIsTakenFirst(t *testing.T) {
-	binary := os.Getenv("STEPWISE_TEMPORAL_SERVER")
-	if binary == "" {
-		t.Fatal("STEPWISE_TEMPORAL_SERVER is not set: run the tests with `make test`, which builds the Temporal server into bin/")
-	}
+	binary := testtools.Temporal.Path(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/media/mediatest"
 	"github.com/stepwise-run/stepwise/internal/render"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
@@ -39,10 +40,7 @@ const tinyImageTool = "everything__get-tiny-image"
 // server-everything as a stdio tool source.
 func imageStack(t *testing.T, flowType string, provider agentsv1.ModelProvider, baseURL string, gw *mediatest.S3Server, endpoint string) *Stack {
 	t.Helper()
-	dir := os.Getenv("STEPWISE_MCP_SERVERS")
-	if dir == "" {
-		t.Fatal("STEPWISE_MCP_SERVERS is not set: run the tests with `make test`, which installs the reference MCP servers into bin/")
-	}
+	dir := testtools.MCPServers.Path(t)
 	s := NewStack(t, flowType)
 	renderedConfig(t, s, provider, baseURL)
 	id := workerconfig.SecretEnv{Env: render.SecretEnvName("s3", render.S3AccessKeyIDKey), Secret: "s3", Key: render.S3AccessKeyIDKey}
@@ -250,7 +248,7 @@ func TestImagesFromTheCLIAndAnMCPToolReachEachProvider(t *testing.T) {
 
 func tinyImageBytes(t *testing.T) []byte {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(os.Getenv("STEPWISE_MCP_SERVERS"), "..", "@modelcontextprotocol", "server-everything", "dist", "tools", "get-tiny-image.js"))
+	src, err := os.ReadFile(filepath.Join(testtools.MCPServers.Path(t), "..", "@modelcontextprotocol", "server-everything", "dist", "tools", "get-tiny-image.js"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package enginetest
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -165,10 +165,7 @@ func indexOf(list []string, v string) int {
 // The filesystem reference server as a stdio ToolSource: the worker starts
 // it from its rendered configuration for the listing and for the call.
 func TestAStdioToolSourceFromTheWorkerConfig(t *testing.T) {
-	dir := os.Getenv("STEPWISE_MCP_SERVERS")
-	if dir == "" {
-		t.Fatal("STEPWISE_MCP_SERVERS is not set: run the tests with `make test`, which installs the reference MCP servers into bin/")
-	}
+	dir := testtools.MCPServers.Path(t)
 	s := NewStack(t, "MCPStdio")
 	root := t.TempDir()
 	s.Config.ToolSources = []workerconfig.ToolSource{{

@@ -21,6 +21,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/client"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -35,19 +36,11 @@ var VersionedServerArgs = []string{
 	"--dynamic-config-value", `matching.wv.VersionDrainageStatusRefreshInterval="2s"`,
 }
 
-// TemporalServerEnv names the Temporal server binary the tests start;
-// `make test` sets it to the server it builds into bin/.
-const TemporalServerEnv = "STEPWISE_TEMPORAL_SERVER"
-
 // StartDevServer starts a Temporal dev server, with extra arguments such as
 // dynamic configuration, and stops it when the test ends.
 func StartDevServer(t testing.TB, extra ...string) *devserver.Server {
 	t.Helper()
-	binary := os.Getenv(TemporalServerEnv)
-	if binary == "" {
-		t.Fatalf("%s is not set: run the engine tests with `make test`, which builds the Temporal server into bin/", TemporalServerEnv)
-	}
-	server, err := devserver.Start(context.Background(), binary, extra...)
+	server, err := devserver.Start(context.Background(), testtools.Temporal.Path(t), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -54,9 +55,7 @@ type kube struct {
 
 func startKube(t *testing.T) *kube {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS must name the directory with kube-apiserver and etcd; run the tests with make test")
-	}
+	testtools.APIServer.Path(t)
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {

@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/browsertest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
 // TestTheWebPageDrivesASessionInHeadlessChromium runs the page in a real
@@ -18,9 +18,8 @@ import (
 // worker: the script under testdata clicks through it as a person would,
 // and keeps a screenshot of each stage.
 func TestTheWebPageDrivesASessionInHeadlessChromium(t *testing.T) {
-	if os.Getenv("STEPWISE_BROWSER_DRIVER") == "" || os.Getenv("STEPWISE_CHROMIUM") == "" {
-		t.Skip("STEPWISE_BROWSER_DRIVER and STEPWISE_CHROMIUM are not set: run `make test`, which installs playwright-core into bin/ and finds Debian's chromium")
-	}
+	testtools.BrowserDriver.Path(t)
+	testtools.Chromium.Path(t)
 	f := start(t)
 
 	// The script cuts the page's event stream through this control server,

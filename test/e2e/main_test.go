@@ -24,6 +24,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/testcluster"
+	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
 // env is the suite's environment, set by make e2e.
@@ -49,22 +50,34 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	cfg = env{
-		kubeBin:  os.Getenv("STEPWISE_E2E_KUBE_BIN"),
-		etcd:     os.Getenv("STEPWISE_E2E_ETCD"),
-		images:   os.Getenv("STEPWISE_E2E_IMAGES"),
-		helm:     os.Getenv("STEPWISE_HELM"),
-		temporal: os.Getenv("STEPWISE_TEMPORAL_SERVER"),
-		registry: os.Getenv("STEPWISE_E2E_REGISTRY"),
-		version:  os.Getenv("STEPWISE_E2E_VERSION"),
-
-		previousRelease:       os.Getenv("STEPWISE_E2E_PREVIOUS_RELEASE"),
-		previousTag:           os.Getenv("STEPWISE_E2E_PREVIOUS_TAG"),
-		previousEngineVersion: os.Getenv("STEPWISE_E2E_PREVIOUS_ENGINE_VERSION"),
+	var missing []string
+	tool := func(tool testtools.Tool) string {
+		path, ok := tool.Lookup()
+		if !ok {
+			missing = append(missing, tool.Missing())
+		}
+		return path
 	}
-	if cfg.kubeBin == "" || cfg.etcd == "" || cfg.images == "" || cfg.helm == "" || cfg.temporal == "" || cfg.registry == "" || cfg.version == "" ||
-		cfg.previousRelease == "" || cfg.previousTag == "" || cfg.previousEngineVersion == "" {
-		fmt.Fprintln(os.Stdout, "skipping the end-to-end suite: run it with make e2e, which builds the cluster's binaries, the images and Helm")
+	setting := func(name string) string {
+		value := os.Getenv(name)
+		if value == "" {
+			missing = append(missing, name+" is not set: `make e2e` sets it")
+		}
+		return value
+	}
+	cfg = env{
+		kubeBin: tool(testtools.KubeBin), etcd: tool(testtools.Etcd), images: tool(testtools.Images),
+		helm: tool(testtools.Helm), temporal: tool(testtools.Temporal), previousRelease: tool(testtools.PreviousRelease),
+		// The release settings besides the tools: the images' registry and
+		// tag, and the previous release's tag and engine version.
+		registry: setting("STEPWISE_E2E_REGISTRY"), version: setting("STEPWISE_E2E_VERSION"),
+		previousTag: setting("STEPWISE_E2E_PREVIOUS_TAG"), previousEngineVersion: setting("STEPWISE_E2E_PREVIOUS_ENGINE_VERSION"),
+	}
+	if len(missing) > 0 {
+		fmt.Fprintln(os.Stdout, "the end-to-end suite runs with make e2e, which builds the cluster's binaries, the images and Helm:\n  "+strings.Join(missing, "\n  "))
+		if testtools.Required() {
+			os.Exit(1)
+		}
 		os.Exit(0)
 	}
 	os.Exit(run(m))

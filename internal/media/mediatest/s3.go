@@ -16,11 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-)
 
-// S3EnvVar names the versitygw binary the S3 tests run; `make test` sets
-// it.
-const S3EnvVar = "STEPWISE_VERSITYGW"
+	"github.com/stepwise-run/stepwise/internal/testtools"
+)
 
 // S3Server is a versitygw S3 gateway with its posix backend, listening on
 // loopback for one test.
@@ -39,10 +37,7 @@ type S3Server struct {
 // started again on a fresh port.
 func StartS3(t testing.TB) *S3Server {
 	t.Helper()
-	bin := os.Getenv(S3EnvVar)
-	if bin == "" {
-		t.Fatalf("%s is not set: run the tests with `make test`, which builds versitygw into bin/", S3EnvVar)
-	}
+	bin := testtools.S3Server.Path(t)
 	dir := filepath.Join(t.TempDir(), "s3")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -13,20 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/testtools"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
-// ReferenceServersEnv names the directory of the reference MCP servers'
-// commands, which `make mcp-servers` installs from npm.
-const ReferenceServersEnv = "STEPWISE_MCP_SERVERS"
-
 func referenceCommand(t *testing.T, name string) string {
 	t.Helper()
-	dir := os.Getenv(ReferenceServersEnv)
-	if dir == "" {
-		t.Fatalf("%s is not set: run the tests with `make test`, which installs the reference MCP servers into bin/", ReferenceServersEnv)
-	}
-	return filepath.Join(dir, name)
+	return filepath.Join(testtools.MCPServers.Path(t), name)
 }
 
 // stdioSource is a source over one reference server run as a new process
