@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,4 +254,163 @@ func (l *callLog) count() int {
 
 type orderArgs struct {
 	OrderID string `json:"order_id"`
+}
+
+// numbered returns a scripted model whose script also gets the number of
+// the call, counted from 1 over the whole session, retried calls included.
+func numbered(fn func(n int, req agent.ModelRequest) (agent.ScriptedReply, error)) *agent.ScriptedModel {
+	var mu sync.Mutex
+	n := 0
+	return agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		mu.Lock()
+		n++
+		k := n
+		mu.Unlock()
+		return fn(k, req)
+	})
+}
+
+// callsThenAnswer returns a model that makes the calls at the start of
+// every turn and answers "done" once it has their results.
+func callsThenAnswer(calls ...agent.ScriptedToolCall) *agent.ScriptedModel {
+	return agent.NewScriptedModel(func(req agent.ModelRequest) (agent.ScriptedReply, error) {
+		if len(agent.ToolResults(req)) > 0 {
+			return agent.ScriptedReply{Text: "done"}, nil
+		}
+		return agent.ScriptedReply{ToolCalls: calls}, nil
+	})
+}
+
+// editedModel changes each response of a scripted model before the runner
+// sees it, for responses a script cannot produce.
+type editedModel struct {
+	*agent.ScriptedModel
+	edit func(resp *agent.ModelResponse)
+}
+
+func (m editedModel) CallModel(ctx context.Context, req agent.ModelRequest, out agent.OutputWriter) (agent.ModelResponse, error) {
+	resp, err := m.ScriptedModel.CallModel(ctx, req, out)
+	if err == nil {
+		m.edit(&resp)
+	}
+	return resp, err
+}
+
+// orderTool is a function tool on orderArgs that logs every call and then
+// behaves as told; a nil behaviour succeeds with "<name> <order_id>".
+func orderTool(name string, effect agent.Effect, log *callLog, behave func(agent.ToolContext) (string, error), opts ...agent.ToolOption) agent.Tool {
+	return agent.MustTool(name, "A test tool.", effect,
+		func(_ context.Context, call agent.ToolContext, a orderArgs) (string, error) {
+			log.add(call)
+			if behave == nil {
+				return name + " " + a.OrderID, nil
+			}
+			return behave(call)
+		}, opts...)
+}
+
+func order7(id, name string) agent.ScriptedToolCall {
+	return toolCall(id, name, orderArgs{OrderID: "7"})
+}
+
+// toolMessage returns the stored result of a tool call.
+func toolMessage(t *testing.T, snap session.Snapshot, id string) session.Message {
+	t.Helper()
+	for _, m := range snap.Messages {
+		if m.Role == session.RoleTool && m.ToolCallID == id {
+			return m
+		}
+	}
+	t.Fatalf("no stored result for tool call %s in %+v", id, snap.Messages)
+	return session.Message{}
+}
+
+// toolRecord returns the active turn's record of a tool call.
+func toolRecord(t *testing.T, snap session.Snapshot, id string) session.ToolCallRecord {
+	t.Helper()
+	for _, r := range snap.ToolCalls {
+		if r.ID == id {
+			return r
+		}
+	}
+	t.Fatalf("no record of tool call %s in %+v", id, snap.ToolCalls)
+	return session.ToolCallRecord{}
+}
+
+// seenResults returns the tool results the model was last given, by tool
+// call ID.
+func seenResults(t *testing.T, m *agent.ScriptedModel) map[string]string {
+	t.Helper()
+	reqs := m.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("the model was never called")
+	}
+	out := map[string]string{}
+	for _, r := range agent.ToolResults(reqs[len(reqs)-1]) {
+		out[r.ToolCallID] = r.Output
+	}
+	return out
+}
+
+func payload(t *testing.T, e session.Event) map[string]any {
+	t.Helper()
+	var p map[string]any
+	if err := json.Unmarshal(e.Payload, &p); err != nil {
+		t.Fatalf("payload of %s: %v", e.Type, err)
+	}
+	return p
+}
+
+// eventsFor lists the events of a type whose payload names the tool call.
+func (h *harness) eventsFor(typ session.EventType, toolCallID string) []session.Event {
+	var out []session.Event
+	for _, e := range h.events.ofType(typ) {
+		if payload(h.t, e)["tool_call_id"] == toolCallID {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// finishedStatus is the status of the one tool_call_finished event of a
+// call.
+func (h *harness) finishedStatus(toolCallID string) session.ToolCallStatus {
+	h.t.Helper()
+	evs := h.eventsFor(session.EventToolCallFinished, toolCallID)
+	if len(evs) != 1 {
+		h.t.Fatalf("tool_call_finished events of %s = %d, want 1", toolCallID, len(evs))
+	}
+	return session.ToolCallStatus(payload(h.t, evs[0])["status"].(string))
+}
+
+// refuse calls an update and checks that the session refuses it for the
+// reason given.
+func (h *harness) refuse(name string, arg any, reason string) {
+	h.t.Helper()
+	t := h.t
+	check := func(err error) {
+		if err == nil || !strings.Contains(err.Error(), reason) {
+			t.Errorf("%s(%+v) refused with %v, want a refusal for %q", name, arg, err, reason)
+		}
+	}
+	h.env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+		OnReject: check,
+		OnAccept: func() {},
+		OnComplete: func(v any, err error) {
+			if err == nil {
+				t.Errorf("%s(%+v) = %v, want a refusal for %q", name, arg, v, reason)
+				return
+			}
+			check(err)
+		},
+	}, arg)
+}
+
+// at schedules a callback at a time after the start, besides the steps.
+func (h *harness) at(d time.Duration, f func()) {
+	h.env.RegisterDelayedCallback(f, d)
+}
+
+func approve(id string) session.ResolveRequest {
+	return session.ResolveRequest{InterruptID: id, Approved: true}
 }
