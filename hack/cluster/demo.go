@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/demo"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/testcluster"
@@ -104,7 +103,7 @@ func runDemo(args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	scheme, err := controller.NewScheme()
+	scheme, err := agentsv1.NewScheme()
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 )
 
@@ -122,7 +121,7 @@ func run(opts options, out io.Writer) (err error) {
 		cmd.Stdout, cmd.Stderr = out, out
 		return cmd.Run()
 	}
-	scheme, err := controller.NewScheme()
+	scheme, err := agentsv1.NewScheme()
 	if err != nil {
 		return err
 	}

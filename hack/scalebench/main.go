@@ -140,7 +140,7 @@ func run(opts options, out io.Writer) (err error) {
 	}
 	defer func() { err = errors.Join(err, env.Stop()) }()
 
-	scheme, err := controller.NewScheme()
+	scheme, err := agentsv1.NewScheme()
 	if err != nil {
 		return err
 	}

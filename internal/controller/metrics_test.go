@@ -33,7 +33,7 @@ func TestAgentMetricsShowTheRolloutFromTheStatus(t *testing.T) {
 		Status: agentsv1.AgentStatus{Conditions: []metav1.Condition{
 			{Type: agentsv1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: agentsv1.ReasonRolloutComplete, LastTransitionTime: metav1.NewTime(began)},
 		}}}
-	scheme, err := NewScheme()
+	scheme, err := agentsv1.NewScheme()
 	if err != nil {
 		t.Fatal(err)
 	}

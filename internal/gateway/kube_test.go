@@ -31,7 +31,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
@@ -62,7 +61,7 @@ func startKube(t *testing.T) *kube {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme, err := controller.NewScheme()
+	scheme, err := agentsv1.NewScheme()
 	if err != nil {
 		t.Fatal(err)
 	}

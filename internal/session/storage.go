@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"slices"
 )
 
@@ -148,4 +149,44 @@ func (s *State) applyRetention(retained int) {
 		s.Chunks = slices.Clone(s.Chunks[deleted:])
 		s.reindex()
 	}
+}
+
+// store appends a message to the active turn.
+func (s *State) store(m Message) {
+	m.Sequence = s.NextSequence
+	if s.Turn != nil {
+		m.TurnID = s.Turn.ID
+	}
+	s.NextSequence++
+	s.storeMessage(m)
+}
+
+// messageBytes is about what a message adds to the state a session carries.
+func messageBytes(m Message) int64 {
+	n := len(m.Text) + len(m.TurnID) + len(m.ToolCallID) + len(m.ToolName) + imageBytes(m.Images) + 64
+	for _, c := range m.ToolCalls {
+		n += len(c.ID) + len(c.Name) + len(c.Arguments)
+	}
+	for _, o := range m.Output {
+		n += len(o.Item) + len(o.Text)
+	}
+	return int64(n)
+}
+
+// MaxStoredMessageBytes is how much message content one session may store:
+// its state travels in one payload when it continues as new, and Temporal
+// refuses payloads over 2 MB. Compaction with a retention limit keeps a
+// session under it however long it runs.
+const MaxStoredMessageBytes = 1536 << 10
+
+// StorageFull reports whether the session stores as much as it may carry;
+// a turn that starts then fails before its model call.
+func (s *State) StorageFull() bool {
+	return s.StoredBytes > MaxStoredMessageBytes
+}
+
+// StorageFullError is the turn error of a session that stores too much.
+func (s *State) StorageFullError() string {
+	return fmt.Sprintf("the session stores %d bytes of messages, more than the %d one session may carry; "+
+		"enable compaction with a retention limit, or start a new session", s.StoredBytes, int64(MaxStoredMessageBytes))
 }

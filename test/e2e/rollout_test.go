@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
@@ -301,7 +300,7 @@ func watchWorkers(t *testing.T, agent, taskQueue string) *workerWatch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme, err := controller.NewScheme()
+	scheme, err := agentsv1.NewScheme()
 	if err != nil {
 		t.Fatal(err)
 	}
