@@ -1,9 +1,7 @@
 package mcp
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -13,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/stepwise-run/stepwise/internal/tools/mcp/mcptest"
-	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -194,102 +189,6 @@ func TestATaskThatCannotBeReachedForThreePollsIsLost(t *testing.T) {
 
 func isPending(err error) bool { _, ok := agent.IsTaskPending(err); return ok }
 
-func TestAnInputRequestBecomesAQuestionAndItsAnswerReachesTheTask(t *testing.T) {
-	cases := []struct {
-		tool      string
-		key       string
-		question  string
-		choices   []string
-		freeText  bool
-		answer    string
-		wantSent  string
-		wantFinal string
-	}{
-		{"jobs__approval_report", "publish-1", "Publish the report?", []string{"yes", "no"}, false, "yes",
-			`accept {"publish":true}`, `approval_report answered {"publish":true}`},
-		{"jobs__format_report", "format-1", "Which format?", []string{"pdf", "csv"}, false, "csv",
-			`accept {"format":"csv"}`, `format_report answered {"format":"csv"}`},
-		{"jobs__name_report", "name-1", "Name the report.", nil, true, "Q3 numbers",
-			`accept {"name":"Q3 numbers"}`, `name_report answered {"name":"Q3 numbers"}`},
-	}
-	for _, c := range cases {
-		t.Run(c.tool, func(t *testing.T) {
-			src, ts := taskSource(t, PollInSession)
-			poll, sc := taskCall(t, src, c.tool, agent.EffectRead)
-			_, err := pollOnce(t, src, &poll, sc)
-			var input *agent.InputRequest
-			if !errors.As(err, &input) || input.Question != c.question || !slices.Equal(input.Choices, c.choices) || input.AllowsFreeText != c.freeText {
-				t.Fatalf("poll = %v (%+v), want the question %q", err, input, c.question)
-			}
-			// A retried delivery attempt asks again rather than send.
-			retry := poll
-			retry.Attempt = 2
-			retry.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionAnswered, Answer: c.answer}
-			if _, err := src.PollSourceTask(context.Background(), retry, sc); !errors.As(err, &input) {
-				t.Fatalf("a retried delivery = %v, want the question again", err)
-			}
-			if slices.ContainsFunc(ts.Log(), func(l string) bool { return strings.HasPrefix(l, "update") }) {
-				t.Fatalf("a retried attempt sent the answer: %v", ts.Log())
-			}
-			poll.PendingAnswer = retry.PendingAnswer
-			if _, err := pollOnce(t, src, &poll, sc); !isPending(err) {
-				t.Fatalf("the delivery poll = %v, want still running", err)
-			}
-			if !slices.Contains(ts.Log(), "update "+poll.TaskID+" "+c.key+" "+c.wantSent) {
-				t.Errorf("the server got %v, want %q", ts.Log(), c.wantSent)
-			}
-			poll.PendingAnswer = nil
-			if out, err := pollOnce(t, src, &poll, sc); err != nil || out != c.wantFinal {
-				t.Errorf("the final poll = %q, %v; want %q", out, err, c.wantFinal)
-			}
-		})
-	}
-}
-
-func TestADeclinedQuestionCancelsTheTask(t *testing.T) {
-	src, ts := taskSource(t, PollInSession)
-	poll, sc := taskCall(t, src, "jobs__approval_report", agent.EffectRead)
-	write, writeCall := taskCall(t, src, "jobs__approval_report", agent.EffectIdempotentWrite)
-	if _, err := pollOnce(t, src, &poll, sc); err == nil {
-		t.Fatal("no question")
-	}
-	poll.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionDeclined}
-	if _, err := pollOnce(t, src, &poll, sc); !isPending(err) {
-		t.Fatalf("the delivery poll = %v", err)
-	}
-	poll.PendingAnswer = nil
-	if _, err := pollOnce(t, src, &poll, sc); !isFailed(err) || !strings.Contains(err.Error(), "cancelled") {
-		t.Errorf("after the decline = %v, want failed as cancelled", err)
-	}
-	if !slices.Contains(ts.Log(), "update "+poll.TaskID+" publish-1 decline null") {
-		t.Errorf("the server got %v", ts.Log())
-	}
-	// A write whose task is cancelled after a decline may have run.
-	if _, err := pollOnce(t, src, &write, writeCall); err == nil {
-		t.Fatal("no question")
-	}
-	write.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionDeclined}
-	if _, err := pollOnce(t, src, &write, writeCall); !isPending(err) {
-		t.Fatalf("the delivery poll = %v", err)
-	}
-	write.PendingAnswer = nil
-	if _, err := pollOnce(t, src, &write, writeCall); !isUnknown(err) {
-		t.Errorf("a write after the decline = %v, want outcome unknown", err)
-	}
-}
-
-func TestAnInputRequestNoQuestionFitsFailsAndCancelsTheTask(t *testing.T) {
-	src, ts := taskSource(t, PollInSession)
-	poll, sc := taskCall(t, src, "jobs__survey_report", agent.EffectRead)
-	_, err := pollOnce(t, src, &poll, sc)
-	if !isFailed(err) || err.Error() != inputRequestPrefix+" (an answer to 'Tell us about the report.')" {
-		t.Errorf("poll = %v", err)
-	}
-	if ts.Status(poll.TaskID) != "cancelled" {
-		t.Errorf("the task is %s, want cancelled", ts.Status(poll.TaskID))
-	}
-}
-
 func TestCancellingATaskSendsTasksCancel(t *testing.T) {
 	src, ts := taskSource(t, PollInSession)
 	poll, sc := taskCall(t, src, "jobs__slow_report", agent.EffectRead)
@@ -339,98 +238,6 @@ func TestATaskPolledInsideTheCall(t *testing.T) {
 	}
 }
 
-func TestARequestStillListedRightAfterItsAnswerReadsAsWorking(t *testing.T) {
-	src, ts := taskSource(t, PollInSession)
-	poll, sc := taskCall(t, src, "jobs__sticky_report", agent.EffectRead)
-	if _, err := pollOnce(t, src, &poll, sc); err == nil {
-		t.Fatal("no question")
-	}
-	poll.PendingAnswer = &agent.QuestionAnswer{QuestionID: "c1-input-1", Resolution: agent.QuestionAnswered, Answer: "no"}
-	if _, err := pollOnce(t, src, &poll, sc); !isPending(err) {
-		t.Fatalf("the delivery poll = %v", err)
-	}
-	poll.PendingAnswer = nil
-	// Within the settle time the same request is the answered one.
-	_, err := pollOnce(t, src, &poll, sc)
-	if pending, ok := agent.IsTaskPending(err); !ok || pending.PollInterval != time.Second {
-		t.Fatalf("right after the answer = %v, want still running a second apart", err)
-	}
-	// Past it, an identical request is a new question.
-	state := readTaskState(poll.Continuation)
-	past := time.Now().Add(-answerSettleTime - time.Second)
-	state.AnsweredAt = &past
-	poll.Continuation = state.encode()
-	var input *agent.InputRequest
-	if _, err := pollOnce(t, src, &poll, sc); !errors.As(err, &input) || input.Question != "Approve?" {
-		t.Fatalf("after the settle time = %v, want the question again", err)
-	}
-	if !slices.Contains(ts.Log(), "update "+poll.TaskID+` approve-1 accept {"approve":false}`) {
-		t.Errorf("the server got %v", ts.Log())
-	}
-}
-
-func TestTaskHandlesInEventStreamsAndBatches(t *testing.T) {
-	handle := `{"jsonrpc":"2.0","id":3,"result":{"resultType":"task","taskId":"t-9","status":"working","pollIntervalMs":2000}}`
-	stream := "event: message\ndata: " + handle + "\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[]}}\n\n"
-	body := &eventRewriter{in: bufio.NewReader(strings.NewReader(stream)), body: io.NopCloser(nil)}
-	out, err := io.ReadAll(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(out), "\n")
-	if len(lines) != 7 || lines[0] != "event: message" || !strings.HasPrefix(lines[1], "data: ") || lines[4] != `data: {"jsonrpc":"2.0","id":4,"result":{"content":[]}}` {
-		t.Fatalf("rewritten stream = %q", out)
-	}
-	var msg struct {
-		Result mcpsdk.CallToolResult `json:"result"`
-	}
-	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[1], "data: ")), &msg); err != nil {
-		t.Fatal(err)
-	}
-	task, ok := createdTask(&msg.Result)
-	if !ok || task.TaskID != "t-9" || task.Status != "working" || *task.PollIntervalMs != 2000 {
-		t.Errorf("task = %+v, %v", task, ok)
-	}
-	batch := wrapTaskMessage([]byte("[" + handle + "]"))
-	if !strings.Contains(string(batch), taskResultMetaKey) {
-		t.Errorf("batch = %s", batch)
-	}
-}
-
-func TestATaskHandleSplitOverDataLinesIsRewritten(t *testing.T) {
-	stream := "event: message\r\nid: 7\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\r\ndata: \"result\":{\"resultType\":\"task\",\"taskId\":\"t-1\",\"status\":\"working\"}}\r\n\r\n"
-	resp := &http.Response{Header: http.Header{"Content-Type": {"Text/Event-Stream; charset=utf-8"}},
-		Body: io.NopCloser(strings.NewReader(stream))}
-	rewritten := withTaskHandles(resp)
-	defer func() { _ = rewritten.Body.Close() }()
-	out, err := io.ReadAll(rewritten.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(out), "\n")
-	if len(lines) != 5 || lines[0] != "event: message\r" || lines[1] != "id: 7\r" || !strings.HasPrefix(lines[2], "data: {") || lines[3] != "\r" {
-		t.Fatalf("rewritten stream = %q", out)
-	}
-	var msg struct {
-		Result mcpsdk.CallToolResult `json:"result"`
-	}
-	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[2], "data: ")), &msg); err != nil {
-		t.Fatal(err)
-	}
-	if task, ok := createdTask(&msg.Result); !ok || task.TaskID != "t-1" {
-		t.Errorf("task = %+v, %v", task, ok)
-	}
-	// An event without a handle keeps its lines.
-	plain := "data: {\"a\":\ndata: 1}\n\n"
-	again := withTaskHandles(&http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(strings.NewReader(plain))})
-	defer func() { _ = again.Body.Close() }()
-	out, _ = io.ReadAll(again.Body)
-	if string(out) != plain {
-		t.Errorf("a plain event became %q", out)
-	}
-}
-
 func TestAnHTTPErrorStatusIsTheServersAnswerOnlyWithAnOutcome(t *testing.T) {
 	respond := func(status int, body string) error {
 		resp, err := serverFailure(&http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))})
@@ -463,23 +270,4 @@ func countPrefix(lines []string, prefix string) int {
 		}
 	}
 	return n
-}
-
-func TestTaskRequestsCarryTheToolStepsTraceContext(t *testing.T) {
-	src, ts := taskSource(t, PollInSession)
-	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	ctx := tracing.ContextWithParent(context.Background(), traceparent)
-	poll, sc := taskCall(t, src, "jobs__slow_report", agent.EffectRead)
-	if _, err := src.PollSourceTask(ctx, poll, sc); err == nil {
-		t.Fatal("the slow report finished")
-	}
-	if err := src.CancelSourceTask(ctx, poll, sc); err != nil {
-		t.Fatal(err)
-	}
-	traced := ts.TraceContexts()
-	for _, want := range []string{"tasks/get " + traceparent, "tasks/cancel " + traceparent, "http " + traceparent} {
-		if !slices.Contains(traced, want) {
-			t.Errorf("the server saw %v, want %q among them", traced, want)
-		}
-	}
 }
