@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
-	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/engineflags"
 	"github.com/stepwise-run/stepwise/internal/gateway"
@@ -120,7 +120,7 @@ func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *enginefla
 	if err := engineFlags.Apply(&defaults); err != nil {
 		return nil, nil, err
 	}
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		return nil, nil, fmt.Errorf("building the scheme: %w", err)
 	}

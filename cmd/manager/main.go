@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/engineflags"
@@ -113,7 +113,7 @@ func run() error {
 		defaults.Tracing = &render.TracingEndpoint{Endpoint: otlpEndpoint, Protocol: otlpProto}
 	}
 
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		return fmt.Errorf("building the scheme: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/demo"
 	"github.com/stepwise-run/stepwise/internal/devserver"
@@ -103,7 +104,7 @@ func runDemo(args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		return err
 	}

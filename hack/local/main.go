@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 )
@@ -121,7 +122,7 @@ func run(opts options, out io.Writer) (err error) {
 		cmd.Stdout, cmd.Stderr = out, out
 		return cmd.Run()
 	}
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
@@ -140,7 +141,7 @@ func run(opts options, out io.Writer) (err error) {
 	}
 	defer func() { err = errors.Join(err, env.Stop()) }()
 
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		return err
 	}

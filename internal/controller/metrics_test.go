@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 )
 
@@ -33,7 +34,7 @@ func TestAgentMetricsShowTheRolloutFromTheStatus(t *testing.T) {
 		Status: agentsv1.AgentStatus{Conditions: []metav1.Condition{
 			{Type: agentsv1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: agentsv1.ReasonRolloutComplete, LastTransitionTime: metav1.NewTime(began)},
 		}}}
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		t.Fatal(err)
 	}

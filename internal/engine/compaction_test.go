@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -29,7 +30,7 @@ func TestASessionCompactsAndTheModelSeesTheSummary(t *testing.T) {
 	const turns = 60
 	for i := 2; i <= turns; i++ {
 		h.then(func() {
-			h.expect(UpdateSendUserMessage, SendRequest{Text: fmt.Sprintf("question %d %s", i, strings.Repeat("?", 60))}, true)
+			h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: fmt.Sprintf("question %d %s", i, strings.Repeat("?", 60))}, true)
 		})
 	}
 	h.then(func() {
@@ -101,7 +102,7 @@ func TestASessionThatStoresTooMuchFailsTurnsBeforeTheirModelCall(t *testing.T) {
 	})
 	h := newHarness(t, agent.Definition{Name: "t", Model: model})
 	for range 3 {
-		h.then(func() { h.expect(UpdateSendUserMessage, SendRequest{Text: "more"}, true) })
+		h.then(func() { h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "more"}, true) })
 	}
 	h.then(func() {
 		snap := h.snapshot()

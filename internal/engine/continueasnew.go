@@ -5,6 +5,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
@@ -34,12 +35,12 @@ func (r *run) recordOwner() {
 	if owner == nil {
 		return
 	}
-	if recorded, ok := RecordedOwner(workflow.GetTypedSearchAttributes(r.ctx)); ok && recorded == *owner {
+	if recorded, ok := sessionrpc.RecordedOwner(workflow.GetTypedSearchAttributes(r.ctx)); ok && recorded == *owner {
 		return
 	}
 	// A failed upsert is logged by the SDK; clients then find the session
 	// by its workflow ID and task queue alone.
-	_ = workflow.UpsertTypedSearchAttributes(r.ctx, ownerUpdates(*owner)...)
+	_ = workflow.UpsertTypedSearchAttributes(r.ctx, sessionrpc.OwnerUpdates(*owner)...)
 }
 
 // moveTarget says where a session on the shared task queue moves, or nil
@@ -77,7 +78,7 @@ func (r *run) moveToOwnNames(target *OwnNames) error {
 		return err
 	}
 	in := r.input
-	in.Carried = &CarriedState{State: r.s, StepSeq: r.stepSeq}
+	in.Carried = &sessionrpc.CarriedState{State: r.s, StepSeq: r.stepSeq}
 	in.SessionID = r.s.SessionID
 	owner := target.Owner
 	in.Owner = &owner
@@ -116,7 +117,7 @@ func (r *run) continueAsNew(versioning workflow.ContinueAsNewVersioningBehavior)
 		return err
 	}
 	in := r.input
-	in.Carried = &CarriedState{State: r.s, StepSeq: r.stepSeq}
+	in.Carried = &sessionrpc.CarriedState{State: r.s, StepSeq: r.stepSeq}
 	name := workflow.GetInfo(r.ctx).WorkflowType.Name
 	if versioning == workflow.ContinueAsNewVersioningBehaviorUnspecified {
 		return workflow.NewContinueAsNewError(r.ctx, name, in)

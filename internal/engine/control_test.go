@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -50,9 +51,9 @@ func TestASteerEndsTheTurnAfterItsRunningCallsAndStartsTheNext(t *testing.T) {
 	h.then(func() {
 		// The lookup ran; the refund waits for approval. A queued message
 		// steers the turn by its ID.
-		h.expect(UpdateSendUserMessage, SendRequest{Text: "also order 8"}, true)
-		h.expect(UpdateSteerUserMessage, session.SteerRequest{MessageID: "msg-2"}, true)
-		h.expect(UpdateSteerUserMessage, session.SteerRequest{MessageID: "msg-2"}, false)
+		h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "also order 8"}, true)
+		h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{MessageID: "msg-2"}, true)
+		h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{MessageID: "msg-2"}, false)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -67,7 +68,7 @@ func TestASteerEndsTheTurnAfterItsRunningCallsAndStartsTheNext(t *testing.T) {
 		if got := transcript(snap); !slices.Equal(got, want) {
 			t.Errorf("messages =\n%q\nwant\n%q", got, want)
 		}
-		h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "w1", Approved: true}, false)
+		h.expect(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "w1", Approved: true}, false)
 	})
 	h.run("refund 7")
 	if refunds.count() != 0 || lookups.count() != 1 {
@@ -89,8 +90,8 @@ func TestAnApprovalThatCommitsBeforeASteerNeverStartsTheTool(t *testing.T) {
 	model := steerableModel(toolCall("w1", "refund_order", orderArgs{OrderID: "7"}))
 	h := newHarness(t, agent.Definition{Name: "t", Model: model, Tools: []agent.Tool{refund}})
 	h.then(func() {
-		h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "w1", Approved: true}, true)
-		h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "wait, no"}, true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "w1", Approved: true}, true)
+		h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{Text: "wait, no"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -116,7 +117,7 @@ func TestCancelTurnEndsWaitsAndStartsNoTurn(t *testing.T) {
 		if records["d2"].Status != session.ToolCallSucceeded || records["d1"].Status != session.ToolCallWaitingForTimer {
 			t.Fatalf("records = %+v", records)
 		}
-		h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
+		h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -128,8 +129,8 @@ func TestCancelTurnEndsWaitsAndStartsNoTurn(t *testing.T) {
 			!slices.Contains(texts, `turn-1 tool: {"status":"completed","waited_seconds":30,"reason":"short"}`) {
 			t.Errorf("messages = %q", texts)
 		}
-		h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, false)
-		h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-9"}, false)
+		h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, false)
+		h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-9"}, false)
 	})
 	h.run("wait")
 	if n := len(h.events.ofType(session.EventTurnCancelled)); n != 1 {
@@ -150,10 +151,10 @@ func TestDeleteQueuedMessage(t *testing.T) {
 	model := steerableModel(toolCall("w1", "ask_user", map[string]any{"question": "Which?", "allows_free_text": true}))
 	h := newHarness(t, agent.Definition{Name: "t", Model: model, BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser}})
 	h.then(func() {
-		h.expect(UpdateSendUserMessage, SendRequest{Text: "never mind"}, true)
-		h.expect(UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: "msg-2"}, true)
-		h.expect(UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: "msg-2"}, false)
-		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "w1", Answer: "blue"}, true)
+		h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "never mind"}, true)
+		h.expect(sessionrpc.UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: "msg-2"}, true)
+		h.expect(sessionrpc.UpdateDeleteQueuedMessage, session.DeleteRequest{MessageID: "msg-2"}, false)
+		h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "w1", Answer: "blue"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()

@@ -5,6 +5,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tracing"
 )
 
@@ -123,7 +124,7 @@ type run struct {
 	// cancelModel cancels the running RunModel Step, for cancel_turn.
 	cancelModel workflow.CancelFunc
 	// input started the run; a new run gets it again, with the state.
-	input SessionInput
+	input sessionrpc.SessionInput
 	// activations counts the activations the run began, numbering their
 	// roots; replay counts them again in the same order.
 	activations int
@@ -134,7 +135,7 @@ type run struct {
 
 // Run is the session workflow: StartAgentSession, then turns for as long as
 // the session lives. A session never completes by itself.
-func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
+func (f *Flow) Run(ctx workflow.Context, in sessionrpc.SessionInput) error {
 	sessionID := in.SessionID
 	if sessionID == "" {
 		// The shared names: the workflow ID is the session ID.
@@ -143,7 +144,7 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 	r := &run{
 		ctx: ctx, flow: f, active: make([]int, len(session.Steps())), events: f.Events,
 		s:      session.NewState(sessionID),
-		search: in.StepSearch != StepSearchDisabled, input: in, at: map[string]session.StepName{},
+		search: in.StepSearch != sessionrpc.StepSearchDisabled, input: in, at: map[string]session.StepName{},
 		revision: workflow.GetVersion(ctx, revisionChangeID, workflow.DefaultVersion, currentRevision),
 	}
 	if in.Carried != nil {
@@ -169,7 +170,7 @@ func (f *Flow) Run(ctx workflow.Context, in SessionInput) error {
 		r.move(turnTrack, session.StepStartAgentSession, session.TransitionNext)
 		if err := session.CheckStartSettings(in.Start.Settings); err != nil {
 			// The session never initializes, so a retry could not fix it.
-			return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
+			return temporal.NewNonRetryableApplicationError(err.Error(), sessionrpc.RejectedErrorType, nil)
 		}
 		if events := r.s.Start(in.Start); len(events) > 0 {
 			stepID := waitStepID(session.StepStartAgentSession, r.s.Turn.ID, "")

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -57,7 +58,7 @@ func TestApprovedWriteRunsOnceWithItsIdempotencyKey(t *testing.T) {
 		if log.count() != 0 {
 			t.Fatalf("the write ran before approval")
 		}
-		h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c1", Approved: true}, true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c1", Approved: true}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -65,7 +66,7 @@ func TestApprovedWriteRunsOnceWithItsIdempotencyKey(t *testing.T) {
 		if last.Text != "Refund done" {
 			t.Fatalf("last message = %+v", last)
 		}
-		h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c1", Approved: true}, false)
+		h.expect(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c1", Approved: true}, false)
 	})
 	h.run("refund order 7")
 	if log.count() != 1 {
@@ -127,7 +128,7 @@ func TestRunModelFailureThatPersistsRoutesToRecordTurnFailure(t *testing.T) {
 				if len(failed) != 1 || payload(t, failed[0])["error"] != "model unavailable" || failed[0].TurnID != "turn-1" {
 					t.Errorf("turn_failed events = %+v", failed)
 				}
-				h.expect(UpdateSendUserMessage, SendRequest{Text: "are you back?"}, true)
+				h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "are you back?"}, true)
 			})
 			h.then(func() {
 				snap := h.snapshot()
@@ -244,7 +245,7 @@ func TestRunModelFailsTheTurnOnBadToolCallIDs(t *testing.T) {
 				if hasNote := strings.HasPrefix(last.Text, session.TurnFailureNoteHeader); hasNote != tc.wantNote {
 					t.Errorf("last message = %+v, want a turn-failure note: %v", last, tc.wantNote)
 				}
-				h.expect(UpdateSendUserMessage, SendRequest{Text: "hello"}, true)
+				h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "hello"}, true)
 			})
 			h.then(func() {
 				snap := h.snapshot()
@@ -268,7 +269,7 @@ func TestToolCallIDsMayRepeatInALaterTurn(t *testing.T) {
 	model := callsThenAnswer(order7("c1", "lookup_order"))
 	h := newHarness(t, agent.Definition{Name: "t", Model: model,
 		Tools: []agent.Tool{orderTool("lookup_order", agent.EffectRead, &log, nil)}})
-	h.then(func() { h.expect(UpdateSendUserMessage, SendRequest{Text: "again"}, true) })
+	h.then(func() { h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "again"}, true) })
 	h.then(func() {})
 	h.run("go")
 	snap := h.snapshot()
@@ -305,7 +306,7 @@ func TestModelCallLimitOffersNoToolsAndEndsTheTurn(t *testing.T) {
 		if last := snap.Messages[len(snap.Messages)-1]; last.ToolCallID != "c3" {
 			t.Errorf("last message = %+v, want the unrun call's result", last)
 		}
-		h.expect(UpdateSendUserMessage, SendRequest{Text: "next"}, true)
+		h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "next"}, true)
 	})
 	h.then(func() {})
 	h.run("go")
@@ -342,7 +343,7 @@ func TestUsageIsRecordedPerCallAndPerSession(t *testing.T) {
 		if u := h.snapshot().Usage; u != (session.Usage{ModelCalls: 2, InputTokens: 20, OutputTokens: 6, CachedInputTokens: 4}) {
 			t.Errorf("usage after turn 1 = %+v", u)
 		}
-		h.expect(UpdateSendUserMessage, SendRequest{Text: "again"}, true)
+		h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "again"}, true)
 	})
 	h.then(func() {})
 	h.run("go")

@@ -6,7 +6,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tracing"
 )
 
@@ -16,7 +18,7 @@ func (r *run) register() error {
 	s := r.s
 	// The move signal only wakes the session: the move itself is decided
 	// from what Temporal records, so receiving is all it takes.
-	moves := workflow.GetSignalChannel(r.ctx, SignalMoveToCurrentVersion)
+	moves := workflow.GetSignalChannel(r.ctx, contract.SignalMoveToCurrentVersion)
 	workflow.Go(r.ctx, func(ctx workflow.Context) {
 		for moves.Receive(ctx, nil) {
 			// An idle session on the shared task queue moves to its
@@ -26,12 +28,12 @@ func (r *run) register() error {
 			}
 		}
 	})
-	if err := workflow.SetQueryHandler(r.ctx, QuerySnapshot, func() (session.Snapshot, error) {
+	if err := workflow.SetQueryHandler(r.ctx, sessionrpc.QuerySnapshot, func() (session.Snapshot, error) {
 		return s.Snapshot(), nil
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(r.ctx, QueryListMessages, func(req session.ListMessagesRequest) (session.MessagesPage, error) {
+	if err := workflow.SetQueryHandler(r.ctx, sessionrpc.QueryListMessages, func(req session.ListMessagesRequest) (session.MessagesPage, error) {
 		return s.ListMessages(req), nil
 	}); err != nil {
 		return err
@@ -51,7 +53,7 @@ func (r *run) register() error {
 		handler   any
 		validator any
 	}{
-		{UpdateStartSession,
+		{sessionrpc.UpdateStartSession,
 			func(ctx workflow.Context, in session.StartInput) (bool, error) {
 				if err := workflow.Await(ctx, func() bool { return s.Started }); err != nil {
 					return false, err
@@ -60,22 +62,22 @@ func (r *run) register() error {
 			},
 			func(ctx workflow.Context, in session.StartInput) error {
 				if s.Started && s.StartRequestID != in.RequestID {
-					return temporal.NewNonRetryableApplicationError("the session was started by another start_session call", RejectedErrorType, nil)
+					return temporal.NewNonRetryableApplicationError("the session was started by another start_session call", sessionrpc.RejectedErrorType, nil)
 				}
 				if err := session.CheckStartSettings(in.Settings); err != nil {
-					return temporal.NewNonRetryableApplicationError(err.Error(), RejectedErrorType, nil)
+					return temporal.NewNonRetryableApplicationError(err.Error(), sessionrpc.RejectedErrorType, nil)
 				}
 				return nil
 			}},
-		{UpdateSendUserMessage,
-			answerOnce(s, func(ctx workflow.Context, req SendRequest) (bool, error) {
+		{sessionrpc.UpdateSendUserMessage,
+			answerOnce(s, func(ctx workflow.Context, req session.SendRequest) (bool, error) {
 				if _, err := s.Send(req); err != nil {
 					return false, rejected(err)
 				}
 				return true, nil
 			}),
-			validateOnce(s, func(ctx workflow.Context, req SendRequest) error { return rejected(s.CheckSend(req)) })},
-		{UpdateExecutePlan,
+			validateOnce(s, func(ctx workflow.Context, req session.SendRequest) error { return rejected(s.CheckSend(req)) })},
+		{sessionrpc.UpdateExecutePlan,
 			answerOnce(s, func(ctx workflow.Context, req session.ExecutePlanRequest) (bool, error) {
 				if err := s.ExecutePlan(req); err != nil {
 					return false, rejected(err)
@@ -85,7 +87,7 @@ func (r *run) register() error {
 			validateOnce(s, func(ctx workflow.Context, req session.ExecutePlanRequest) error {
 				return rejected(s.CheckExecutePlan(req))
 			})},
-		{UpdateResolveInterrupt,
+		{sessionrpc.UpdateResolveInterrupt,
 			answerOnce(s, func(ctx workflow.Context, req session.ResolveRequest) (bool, error) {
 				// A decline ends a question's wait, not an approval's.
 				in, _ := s.Interrupt(req.InterruptID)
@@ -109,7 +111,7 @@ func (r *run) register() error {
 			validateOnce(s, func(ctx workflow.Context, req session.ResolveRequest) error {
 				return rejected(s.CheckResolve(req, workflow.Now(ctx)))
 			})},
-		{UpdateAnswerQuestion,
+		{sessionrpc.UpdateAnswerQuestion,
 			answerOnce(s, func(ctx workflow.Context, req session.AnswerRequest) (bool, error) {
 				in, _ := s.Interrupt(req.InterruptID)
 				events, err := s.Answer(req, workflow.Now(ctx))
@@ -125,18 +127,18 @@ func (r *run) register() error {
 			validateOnce(s, func(ctx workflow.Context, req session.AnswerRequest) error {
 				return rejected(s.CheckAnswer(req, workflow.Now(ctx)))
 			})},
-		{UpdateSteerUserMessage,
+		{sessionrpc.UpdateSteerUserMessage,
 			answerOnce(s, func(ctx workflow.Context, req session.SteerRequest) (bool, error) {
 				turnID := r.activeTurnID()
 				events, err := s.Steer(req, workflow.Now(ctx))
 				if err != nil {
 					return false, rejected(err)
 				}
-				r.emit(rpcStepID(UpdateSteerUserMessage, turnID), events)
+				r.emit(rpcStepID(sessionrpc.UpdateSteerUserMessage, turnID), events)
 				return true, nil
 			}),
 			validateOnce(s, func(ctx workflow.Context, req session.SteerRequest) error { return rejected(s.CheckSteer(req)) })},
-		{UpdateDeleteQueuedMessage,
+		{sessionrpc.UpdateDeleteQueuedMessage,
 			answerOnce(s, func(ctx workflow.Context, req session.DeleteRequest) (bool, error) {
 				if err := s.DeleteQueued(req); err != nil {
 					return false, rejected(err)
@@ -144,7 +146,7 @@ func (r *run) register() error {
 				return true, nil
 			}),
 			validateOnce(s, func(ctx workflow.Context, req session.DeleteRequest) error { return rejected(s.CheckDelete(req)) })},
-		{UpdateCancelTurn,
+		{sessionrpc.UpdateCancelTurn,
 			answerOnce(s, func(ctx workflow.Context, req session.CancelRequest) (bool, error) {
 				events, err := s.CancelTurn(req, workflow.Now(ctx))
 				if err != nil {
@@ -154,18 +156,18 @@ func (r *run) register() error {
 					// The model call's answer is dropped.
 					r.cancelModel()
 				}
-				r.emit(rpcStepID(UpdateCancelTurn, req.TurnID), events)
+				r.emit(rpcStepID(sessionrpc.UpdateCancelTurn, req.TurnID), events)
 				return true, nil
 			}),
 			validateOnce(s, func(ctx workflow.Context, req session.CancelRequest) error { return rejected(s.CheckCancel(req)) })},
-		{UpdateSessionSettings,
-			answerOnce(s, func(ctx workflow.Context, req SettingsRequest) (bool, error) {
+		{sessionrpc.UpdateSessionSettings,
+			answerOnce(s, func(ctx workflow.Context, req sessionrpc.SettingsRequest) (bool, error) {
 				if err := s.UpdateSettings(req.Settings); err != nil {
 					return false, rejected(err)
 				}
 				return true, nil
 			}),
-			validateOnce(s, func(ctx workflow.Context, req SettingsRequest) error {
+			validateOnce(s, func(ctx workflow.Context, req sessionrpc.SettingsRequest) error {
 				return rejected(s.CheckSettingsUpdate(req.Settings))
 			})},
 	}

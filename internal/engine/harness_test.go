@@ -18,6 +18,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tracing"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
@@ -156,7 +157,7 @@ func (h *harness) run(initialMessage string) {
 		h.env.RegisterDelayedCallback(step, time.Duration(i+1)*h.gap)
 	}
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Duration(len(h.steps)+1)*h.gap)
-	h.env.ExecuteWorkflow(testFlowType, SessionInput{Start: session.StartInput{RequestID: "start-1", InitialMessage: initialMessage}})
+	h.env.ExecuteWorkflow(testFlowType, sessionrpc.SessionInput{Start: session.StartInput{RequestID: "start-1", InitialMessage: initialMessage}})
 	h.moves.checkInGraph(h.t)
 	err := h.env.GetWorkflowError()
 	var canceled *temporal.CanceledError
@@ -191,7 +192,7 @@ func (h *harness) expect(name string, arg any, want bool) {
 
 func (h *harness) snapshot() session.Snapshot {
 	h.t.Helper()
-	v, err := h.env.QueryWorkflow(QuerySnapshot)
+	v, err := h.env.QueryWorkflow(sessionrpc.QuerySnapshot)
 	if err != nil {
 		h.t.Fatalf("snapshot: %v", err)
 	}
@@ -204,7 +205,7 @@ func (h *harness) snapshot() session.Snapshot {
 
 func (h *harness) messages(req session.ListMessagesRequest) session.MessagesPage {
 	h.t.Helper()
-	v, err := h.env.QueryWorkflow(QueryListMessages, req)
+	v, err := h.env.QueryWorkflow(sessionrpc.QueryListMessages, req)
 	if err != nil {
 		h.t.Fatalf("list messages: %v", err)
 	}

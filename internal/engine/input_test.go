@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/mock"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -41,10 +42,10 @@ func TestAToolQuestionIsAskedAndTheToolRunsAgainWithTheAnswer(t *testing.T) {
 		want    string
 	}{
 		{"answered", func(h *harness) {
-			h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "M"}, true)
+			h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "M"}, true)
 		}, "ordered shirt in M (size)"},
 		{"declined", func(h *harness) {
-			h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c1-input-1"}, true)
+			h.expect(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c1-input-1"}, true)
 		}, "The tool call failed: no size: the question was declined"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,7 +67,7 @@ func TestAToolQuestionIsAskedAndTheToolRunsAgainWithTheAnswer(t *testing.T) {
 				if snap.ToolCalls[0].Status != session.ToolCallAwaitingAnswer {
 					t.Errorf("record status = %s, want awaiting_answer", snap.ToolCalls[0].Status)
 				}
-				h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "XL"}, false)
+				h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "XL"}, false)
 				tc.resolve(h)
 			})
 			h.then(func() {
@@ -182,8 +183,8 @@ func TestAnAnsweredToolQuestionDoesNotRunTheToolAfterASteer(t *testing.T) {
 	// steer sent with the answer always reaches the session before it.
 	h.slowCall(session.StepCallSingleAttemptTool, 2, 10*time.Second)
 	h.then(func() {
-		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "M"}, true)
-		h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "no, a hat"}, true)
+		h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "M"}, true)
+		h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{Text: "no, a hat"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -214,10 +215,10 @@ func TestAToolQuestionAfterASteerOrCancelIsNotAsked(t *testing.T) {
 		turns   int
 	}{
 		{"steered", func(h *harness) {
-			h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "no, a hat"}, true)
+			h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{Text: "no, a hat"}, true)
 		}, session.SteeredResultText, 2},
 		{"cancelled", func(h *harness) {
-			h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
+			h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
 		}, session.CancelledResultText, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

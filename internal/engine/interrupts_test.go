@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -42,7 +43,7 @@ func TestAwaitToolApprovalOutcomes(t *testing.T) {
 					t.Fatalf("snapshot = %+v, want c1 awaiting approval", snap)
 				}
 				if tc.resolve != nil {
-					h.expect(UpdateResolveInterrupt, *tc.resolve, true)
+					h.expect(sessionrpc.UpdateResolveInterrupt, *tc.resolve, true)
 				}
 			})
 			h.then(func() {
@@ -51,7 +52,7 @@ func TestAwaitToolApprovalOutcomes(t *testing.T) {
 				if len(snap.PendingInterrupts) != 0 || snap.State.Status != session.StatusWaitingForUserMessage {
 					t.Errorf("snapshot = %+v, want the turn over and no interrupt", snap)
 				}
-				h.refuse(UpdateResolveInterrupt, approve("c1"), "not pending")
+				h.refuse(sessionrpc.UpdateResolveInterrupt, approve("c1"), "not pending")
 			})
 			h.then(func() {})
 			h.run("go")
@@ -133,9 +134,9 @@ func TestAskUserOutcomes(t *testing.T) {
 		wantStatus session.ToolCallStatus
 		wantResult string
 	}{
-		{name: "answered", rpc: UpdateAnswerQuestion, arg: session.AnswerRequest{InterruptID: "q1", Answer: "M"},
+		{name: "answered", rpc: sessionrpc.UpdateAnswerQuestion, arg: session.AnswerRequest{InterruptID: "q1", Answer: "M"},
 			wantStatus: session.ToolCallSucceeded, wantResult: `{"status":"answered","answer":"M"}`},
-		{name: "declined", rpc: UpdateResolveInterrupt, arg: session.ResolveRequest{InterruptID: "q1"},
+		{name: "declined", rpc: sessionrpc.UpdateResolveInterrupt, arg: session.ResolveRequest{InterruptID: "q1"},
 			wantStatus: session.ToolCallRejected, wantResult: session.DeclinedAnswerText},
 		{name: "deadline passed", wantStatus: session.ToolCallRejected, wantResult: session.QuestionDeadlineText},
 	} {

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/spend"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/tracing"
@@ -92,7 +93,7 @@ func (c *countedRoots) RootContext(a tracing.Activation) string {
 func TestReplayCatchesANonDeterministicChange(t *testing.T) {
 	logger := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	replayer := worker.NewWorkflowReplayer()
-	changed := func(ctx workflow.Context, in SessionInput) error {
+	changed := func(ctx workflow.Context, in sessionrpc.SessionInput) error {
 		opts := workflow.ActivityOptions{StartToCloseTimeout: 1}
 		return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), "SomeOtherStep").Get(ctx, nil)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -23,7 +24,7 @@ func TestCancelTurnDuringAModelCallDropsItsAnswer(t *testing.T) {
 		if snap := h.snapshot(); snap.State.Status != session.StatusRunningModel {
 			t.Fatalf("state = %+v, want the model call running", snap.State)
 		}
-		h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
+		h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -53,7 +54,9 @@ func TestASteerDuringAModelCallWhoseAnswerContinuesTheTurn(t *testing.T) {
 	h := newHarness(t, def)
 	h.slowFirstCall(session.StepRunModel, 5*time.Minute)
 	h.gap = 3 * time.Minute
-	h.then(func() { h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "use the other warehouse"}, true) })
+	h.then(func() {
+		h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{Text: "use the other warehouse"}, true)
+	})
 	h.then(func() {
 		snap := h.snapshot()
 		if snap.State.ActiveTurnID != "" || snap.State.TurnCount != 2 {
@@ -94,10 +97,10 @@ func TestTurnControlDuringASummaryCall(t *testing.T) {
 		event   session.EventType
 	}{
 		{"steered", func(h *harness) {
-			h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "never mind"}, true)
+			h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{Text: "never mind"}, true)
 		}, 3, session.EventTurnSteered},
 		{"cancelled", func(h *harness) {
-			h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-2"}, true)
+			h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-2"}, true)
 		}, 2, session.EventTurnCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,7 +110,7 @@ func TestTurnControlDuringASummaryCall(t *testing.T) {
 			h.slowFirstCall(session.StepCompactContext, 3*time.Minute)
 			h.gap = 2 * time.Minute
 			h.then(func() {
-				h.expect(UpdateSendUserMessage, SendRequest{Text: "second question " + strings.Repeat("?", 200)}, true)
+				h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "second question " + strings.Repeat("?", 200)}, true)
 			})
 			h.then(func() {
 				if snap := h.snapshot(); snap.State.Status != session.StatusCompactingContext {
@@ -134,7 +137,7 @@ func TestASummaryCallThatFailsFailsTheTurn(t *testing.T) {
 		return agent.ScriptedReply{}, &agent.ModelError{Provider: "scripted", StatusCode: 400, Message: "no summaries today"}
 	}))
 	h.then(func() {
-		h.expect(UpdateSendUserMessage, SendRequest{Text: "second question " + strings.Repeat("?", 200)}, true)
+		h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "second question " + strings.Repeat("?", 200)}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -175,7 +178,7 @@ func TestAnAbandonedTaskIsOutcomeUnknownWhenItsCancellationFails(t *testing.T) {
 	j := &jobs{doneAfter: 100, failCancels: true}
 	h := newHarness(t, agent.Definition{Name: "t", Model: reportModel(), Tools: []agent.Tool{j.tool(agent.EffectIdempotentWrite)}})
 	h.gap = 5 * time.Minute
-	h.then(func() { h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true) })
+	h.then(func() { h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true) })
 	h.then(func() {
 		snap := h.snapshot()
 		if snap.State.ActiveTurnID != "" {
@@ -198,7 +201,7 @@ func TestCancelTurnWhileATaskAsksAbandonsTheTask(t *testing.T) {
 		if snap := h.snapshot(); len(snap.PendingInterrupts) != 1 {
 			t.Fatalf("interrupts = %+v, want the task's question", snap.PendingInterrupts)
 		}
-		h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
+		h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -231,7 +234,7 @@ func TestAReadToolThatAsksRunsInCallToolAgain(t *testing.T) {
 	)
 	h := newHarness(t, agent.Definition{Name: "t", Model: model, Tools: []agent.Tool{lookup}})
 	h.then(func() {
-		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "7"}, true)
+		h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "7"}, true)
 	})
 	h.then(func() {
 		if got := h.snapshot().Messages[2].Text; got != "order 7" {

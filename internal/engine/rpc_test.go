@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -14,7 +15,7 @@ func TestSendUserMessageRefusesBlankText(t *testing.T) {
 	h := newHarness(t, agent.Definition{Name: "t", Model: model})
 	h.then(func() {
 		for _, text := range []string{"", "   ", "\n\t"} {
-			h.refuse(UpdateSendUserMessage, SendRequest{Text: text}, "blank")
+			h.refuse(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: text}, "blank")
 		}
 	})
 	h.then(func() {})
@@ -40,7 +41,7 @@ func TestSendUserMessageDuringATurnWaitsForTheNextTurn(t *testing.T) {
 	h := newHarness(t, agent.Definition{Name: "t", Model: model,
 		Tools: []agent.Tool{orderTool("refund_order", agent.EffectNonIdempotentWrite, &log, nil)}})
 	h.then(func() {
-		h.expect(UpdateSendUserMessage, SendRequest{Text: "and then?"}, true)
+		h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "and then?"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -50,7 +51,7 @@ func TestSendUserMessageDuringATurnWaitsForTheNextTurn(t *testing.T) {
 		if snap.State.TurnCount != 1 || snap.State.ActiveTurnID != "turn-1" || len(model.Requests()) != 1 {
 			t.Errorf("state = %+v, want turn 1 still waiting for its approval", snap.State)
 		}
-		h.expect(UpdateResolveInterrupt, approve("c1"), true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, approve("c1"), true)
 	})
 	h.then(func() {})
 	h.run("refund order 7")
@@ -89,9 +90,9 @@ func TestStartSession(t *testing.T) {
 					t.Errorf("a turn started")
 				}
 				// The call that started the session is told so; another is not.
-				h.expect(UpdateStartSession, session.StartInput{RequestID: "start-1"}, true)
-				h.expect(UpdateStartSession, session.StartInput{RequestID: "start-2", InitialMessage: "Hi"}, false)
-				h.expect(UpdateSendUserMessage, SendRequest{Text: "Hi"}, true)
+				h.expect(sessionrpc.UpdateStartSession, session.StartInput{RequestID: "start-1"}, true)
+				h.expect(sessionrpc.UpdateStartSession, session.StartInput{RequestID: "start-2", InitialMessage: "Hi"}, false)
+				h.expect(sessionrpc.UpdateSendUserMessage, session.SendRequest{Text: "Hi"}, true)
 			})
 			h.then(func() {})
 			h.run(initial)
@@ -132,7 +133,7 @@ func TestResolveInterruptRefuses(t *testing.T) {
 			{session.ResolveRequest{InterruptID: "", Approved: true}, "not pending"},
 			{session.ResolveRequest{InterruptID: "q1", Approved: true}, "is a question"},
 		} {
-			h.refuse(UpdateResolveInterrupt, tc.req, tc.reason)
+			h.refuse(sessionrpc.UpdateResolveInterrupt, tc.req, tc.reason)
 		}
 	})
 	h.then(func() {
@@ -140,12 +141,12 @@ func TestResolveInterruptRefuses(t *testing.T) {
 		if n := len(h.snapshot().PendingInterrupts); n != 2 {
 			t.Fatalf("pending interrupts = %d, want 2", n)
 		}
-		h.expect(UpdateResolveInterrupt, approve("a1"), true)
-		h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "q1"}, true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, approve("a1"), true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "q1"}, true)
 	})
 	h.then(func() {
 		for _, req := range []session.ResolveRequest{approve("a1"), {InterruptID: "a1"}, {InterruptID: "q1"}} {
-			h.refuse(UpdateResolveInterrupt, req, "not pending")
+			h.refuse(sessionrpc.UpdateResolveInterrupt, req, "not pending")
 		}
 	})
 	h.run("go")
@@ -172,22 +173,22 @@ func TestAnswerQuestionRefuses(t *testing.T) {
 			{session.AnswerRequest{InterruptID: "q1", Answer: "s"}, "not one of the choices"},
 			{session.AnswerRequest{InterruptID: "q1", Answer: " S"}, "not one of the choices"},
 		} {
-			h.refuse(UpdateAnswerQuestion, tc.req, tc.reason)
+			h.refuse(sessionrpc.UpdateAnswerQuestion, tc.req, tc.reason)
 		}
 	})
 	h.then(func() {
 		if n := len(h.snapshot().PendingInterrupts); n != 2 {
 			t.Fatalf("pending interrupts = %d, want 2: a refusal changed something", n)
 		}
-		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "S"}, true)
+		h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "S"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
 		if r := toolRecord(t, snap, "q1"); r.Status != session.ToolCallSucceeded || r.Output != `{"status":"answered","answer":"S"}` {
 			t.Errorf("record = %+v", r)
 		}
-		h.refuse(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "M"}, "not pending")
-		h.refuse(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "q1"}, "not pending")
+		h.refuse(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "M"}, "not pending")
+		h.refuse(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "q1"}, "not pending")
 	})
 	h.run("go")
 	resolved := h.events.ofType(session.EventInterruptResolved)
@@ -205,8 +206,8 @@ func TestAnswerQuestionAllowsFreeTextWhenAsked(t *testing.T) {
 	}))
 	h := newHarness(t, agent.Definition{Name: "t", Model: model, BuiltInTools: []agent.BuiltInTool{agent.BuiltInAskUser}})
 	h.then(func() {
-		h.refuse(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: " "}, "blank")
-		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "XL please"}, true)
+		h.refuse(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: " "}, "blank")
+		h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "XL please"}, true)
 	})
 	h.then(func() {})
 	h.run("go")
@@ -232,9 +233,9 @@ func TestRPCsPastTheDeadline(t *testing.T) {
 		if len(snap.PendingInterrupts) != 2 {
 			t.Fatalf("pending interrupts = %+v, want both still raised until the timer fires", snap.PendingInterrupts)
 		}
-		h.refuse(UpdateResolveInterrupt, approve("a1"), "past its deadline")
-		h.refuse(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "q1"}, "past its deadline")
-		h.refuse(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "S"}, "past its deadline")
+		h.refuse(sessionrpc.UpdateResolveInterrupt, approve("a1"), "past its deadline")
+		h.refuse(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "q1"}, "past its deadline")
+		h.refuse(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "S"}, "past its deadline")
 	})
 	h.then(func() {}) // 6 minutes
 	h.then(func() {   // 12 minutes: the timers have fired
@@ -242,8 +243,8 @@ func TestRPCsPastTheDeadline(t *testing.T) {
 		if len(snap.PendingInterrupts) != 0 || snap.State.Status != session.StatusWaitingForUserMessage {
 			t.Errorf("snapshot = %+v, want the interrupts expired and the turn over", snap)
 		}
-		h.refuse(UpdateResolveInterrupt, approve("a1"), "not pending")
-		h.refuse(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "S"}, "not pending")
+		h.refuse(sessionrpc.UpdateResolveInterrupt, approve("a1"), "not pending")
+		h.refuse(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "q1", Answer: "S"}, "not pending")
 	})
 	h.run("go")
 	if log.count() != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -112,13 +113,13 @@ func TestATaskQuestionGoesBackToTheTaskOnce(t *testing.T) {
 			t.Fatalf("interrupts = %+v", snap.PendingInterrupts)
 		}
 		// A steer waits for a started task, its question included.
-		h.expect(UpdateSteerUserMessage, session.SteerRequest{Text: "hurry"}, true)
+		h.expect(sessionrpc.UpdateSteerUserMessage, session.SteerRequest{Text: "hurry"}, true)
 	})
 	h.then(func() {
 		if len(h.snapshot().PendingInterrupts) != 1 {
 			t.Fatal("the steer ended the task's question")
 		}
-		h.expect(UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "yes"}, true)
+		h.expect(sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: "c1-input-1", Answer: "yes"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()
@@ -150,7 +151,7 @@ func TestCancelTurnAbandonsAStartedTask(t *testing.T) {
 		if r := recordsByID(h.snapshot())["c1"]; r.Status != session.ToolCallWaitingForTask || r.TaskID != "job-1" {
 			t.Fatalf("c1 = %+v", r)
 		}
-		h.expect(UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
+		h.expect(sessionrpc.UpdateCancelTurn, session.CancelRequest{TurnID: "turn-1"}, true)
 	})
 	h.then(func() {
 		snap := h.snapshot()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -122,7 +123,7 @@ func TestCallSingleAttemptToolOutcomes(t *testing.T) {
 						t.Fatalf("interrupts = %+v, want an approval: %v", snap.PendingInterrupts, tc.approval)
 					}
 					if tc.approval {
-						h.expect(UpdateResolveInterrupt, approve("c1"), true)
+						h.expect(sessionrpc.UpdateResolveInterrupt, approve("c1"), true)
 					}
 				})
 				h.then(func() {})
@@ -253,7 +254,7 @@ func TestToolPoliciesChooseApprovalAndStep(t *testing.T) {
 					if log.count() != 0 {
 						t.Errorf("the tool ran before approval")
 					}
-					h.expect(UpdateResolveInterrupt, approve("c1"), true)
+					h.expect(sessionrpc.UpdateResolveInterrupt, approve("c1"), true)
 				}
 			})
 			h.then(func() {})
@@ -295,7 +296,7 @@ func TestTwoToolCallsRunAndStoreResultsInModelOrder(t *testing.T) {
 				t.Errorf("result %+v stored before every call of the response is final", m)
 			}
 		}
-		h.expect(UpdateResolveInterrupt, approve("c1"), true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, approve("c1"), true)
 	})
 	h.then(func() {})
 	h.run("go")

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 )
 
@@ -16,8 +17,8 @@ func TestEventsOfATurnWithAnApprovalAndARejection(t *testing.T) {
 	h := newHarness(t, agent.Definition{Name: "t", Model: model,
 		Tools: []agent.Tool{orderTool("refund_order", agent.EffectNonIdempotentWrite, &log, nil)}})
 	h.then(func() {
-		h.expect(UpdateResolveInterrupt, approve("c1"), true)
-		h.expect(UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c2", RejectionMessage: "once is enough"}, true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, approve("c1"), true)
+		h.expect(sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: "c2", RejectionMessage: "once is enough"}, true)
 	})
 	h.then(func() {})
 	h.run("refund order 7")

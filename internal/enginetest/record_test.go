@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/contract"
 	"github.com/stepwise-run/stepwise/internal/media"
 	"github.com/stepwise-run/stepwise/internal/media/localstore"
 	"github.com/stepwise-run/stepwise/internal/media/mediatest"
@@ -233,7 +233,7 @@ func TestRecordHistories(t *testing.T) {
 			return true, nil
 		}
 		time.Sleep(time.Second)
-		return false, versioned.Client.SignalWorkflow(ctx, versioned.WorkflowID("moved"), "", engine.SignalMoveToCurrentVersion, nil)
+		return false, versioned.Client.SignalWorkflow(ctx, versioned.WorkflowID("moved"), "", contract.SignalMoveToCurrentVersion, nil)
 	})
 	must(versionedSessions.Send(ctx, "moved", "again"))
 	lastAnswer(t, versionedSessions, "moved", 2)
@@ -259,7 +259,7 @@ func TestRecordHistories(t *testing.T) {
 			return err == nil, err
 		}
 		time.Sleep(time.Second)
-		return false, moving.Client.SignalWorkflow(ctx, "to-own-names", "", engine.SignalMoveToCurrentVersion, nil)
+		return false, moving.Client.SignalWorkflow(ctx, "to-own-names", "", contract.SignalMoveToCurrentVersion, nil)
 	})
 	ownSessions := client.New(moving.Client, moving.Agent())
 	must(ownSessions.Send(ctx, "to-own-names", "again"))

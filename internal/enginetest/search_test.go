@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -47,7 +47,7 @@ func TestTheActiveStepSearchIsWrittenOncePerWorkflowTask(t *testing.T) {
 			tasks++
 			perTask = 0
 		case enums.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-			payload, ok := event.GetUpsertWorkflowSearchAttributesEventAttributes().GetSearchAttributes().GetIndexedFields()[engine.ActiveStepsAttribute]
+			payload, ok := event.GetUpsertWorkflowSearchAttributesEventAttributes().GetSearchAttributes().GetIndexedFields()[tenancy.AttributeActiveSteps]
 			if !ok {
 				continue
 			}
@@ -57,10 +57,10 @@ func TestTheActiveStepSearchIsWrittenOncePerWorkflowTask(t *testing.T) {
 			}
 			upserts++
 			if perTask++; perTask > 1 {
-				t.Errorf("workflow task %d wrote %s %d times; the last was %q", tasks, engine.ActiveStepsAttribute, perTask, steps)
+				t.Errorf("workflow task %d wrote %s %d times; the last was %q", tasks, tenancy.AttributeActiveSteps, perTask, steps)
 			}
 			if len(steps) == 0 {
-				t.Errorf("workflow task %d wrote an empty %s: a session is always in some Step", tasks, engine.ActiveStepsAttribute)
+				t.Errorf("workflow task %d wrote an empty %s: a session is always in some Step", tasks, tenancy.AttributeActiveSteps)
 			}
 			if len(written) > 0 && slices.Equal(written[len(written)-1], steps) {
 				t.Errorf("workflow task %d wrote %q again", tasks, steps)
@@ -69,7 +69,7 @@ func TestTheActiveStepSearchIsWrittenOncePerWorkflowTask(t *testing.T) {
 		}
 	}
 	if upserts == 0 || upserts > tasks {
-		t.Errorf("%d upserts of %s in %d workflow tasks", upserts, engine.ActiveStepsAttribute, tasks)
+		t.Errorf("%d upserts of %s in %d workflow tasks", upserts, tenancy.AttributeActiveSteps, tasks)
 	}
 	if !slices.ContainsFunc(written, func(steps []string) bool { return slices.Contains(steps, "AwaitToolApproval") }) {
 		t.Errorf("the search never showed the approval wait: %q", written)

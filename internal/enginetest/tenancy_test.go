@@ -5,7 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/contract"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -67,14 +68,14 @@ func TestSessionsMoveFromTheSharedNamesToTheirAgentsOwn(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			owner, recorded := engine.RecordedOwner(desc.TypedSearchAttributes)
+			owner, recorded := sessionrpc.RecordedOwner(desc.TypedSearchAttributes)
 			return desc.TaskQueueName == own.TaskQueue() && recorded && owner.Namespace == s.Config.Agent.Namespace &&
 				owner.Agent == s.Config.Agent.Name && owner.AgentUID == s.Config.Agent.UID, nil
 		})
 	}
 	moved("busy")
 	// An idle session moves when woken, as the operator wakes it.
-	if err := s.Client.SignalWorkflow(ctx, "idle", "", engine.SignalMoveToCurrentVersion, nil); err != nil {
+	if err := s.Client.SignalWorkflow(ctx, "idle", "", contract.SignalMoveToCurrentVersion, nil); err != nil {
 		t.Fatal(err)
 	}
 	moved("idle")

@@ -8,7 +8,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/contract"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -83,7 +83,7 @@ func TestSessionsMoveToTheCurrentWorkerVersionBetweenTurns(t *testing.T) {
 		}
 		if time.Since(moveSignalled[id]) > time.Second {
 			moveSignalled[id] = time.Now()
-			if err := s.Client.SignalWorkflow(ctx, s.WorkflowID(id), "", engine.SignalMoveToCurrentVersion, nil); err != nil {
+			if err := s.Client.SignalWorkflow(ctx, s.WorkflowID(id), "", contract.SignalMoveToCurrentVersion, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
@@ -61,7 +62,7 @@ func startKube(t *testing.T) *kube {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		t.Fatal(err)
 	}

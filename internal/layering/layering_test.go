@@ -53,21 +53,21 @@ func TestPublicPackagesExposeNoInternalType(t *testing.T) {
 }
 
 // TestTheCheckFindsAnInternalType makes sure the check is not blind: the
-// engine's own exported API mentions session types.
+// session workflow's wire contract mentions session types.
 func TestTheCheckFindsAnInternalType(t *testing.T) {
 	exports := exportData(t)
 	imp := importer.ForCompiler(token.NewFileSet(), "gc", func(path string) (io.ReadCloser, error) {
 		return os.Open(exports[path])
 	})
-	pkg, err := imp.Import(internalPrefix + "/engine")
+	pkg, err := imp.Import(internalPrefix + "/sessionrpc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &recorder{}
-	c := &checker{t: rec, seen: map[types.Type]bool{}, where: "engine.SessionInput"}
+	c := &checker{t: rec, seen: map[types.Type]bool{}, where: "sessionrpc.SessionInput"}
 	c.object(pkg.Scope().Lookup("SessionInput"))
 	if len(rec.errors) == 0 || !strings.Contains(rec.errors[0], "internal/session.StartInput") {
-		t.Errorf("the check found %q in engine.SessionInput, want its session.StartInput", rec.errors)
+		t.Errorf("the check found %q in sessionrpc.SessionInput, want its session.StartInput", rec.errors)
 	}
 }
 

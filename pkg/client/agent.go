@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
@@ -154,7 +154,7 @@ func (s *Sessions) Describe(ctx context.Context, sessionID string) (Session, err
 		case err != nil:
 			return Session{}, fmt.Errorf("reading session %s of %s: %w", sessionID, s.agent, err)
 		}
-		recorded, hasOwner := engine.RecordedOwner(desc.TypedSearchAttributes)
+		recorded, hasOwner := sessionrpc.RecordedOwner(desc.TypedSearchAttributes)
 		if !s.belongs(sessionID, workflowID, desc.TaskQueueName, recorded, hasOwner) {
 			continue
 		}

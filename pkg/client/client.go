@@ -22,9 +22,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/stepwise-run/stepwise/internal/contract"
-	"github.com/stepwise-run/stepwise/internal/engine"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
@@ -91,7 +91,7 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 		if err != nil {
 			return false, fmt.Errorf("starting session %s: %w: %w", sessionID, ErrInvalidSettings, err)
 		}
-		if err := s.requireFeature(ctx, engine.UpdateStartSession, rollout.FeatureSessionSettings); err != nil {
+		if err := s.requireFeature(ctx, sessionrpc.UpdateStartSession, rollout.FeatureSessionSettings); err != nil {
 			return false, err
 		}
 		in.Settings = raw
@@ -100,7 +100,7 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 	if err != nil {
 		return false, err
 	}
-	input := engine.SessionInput{Start: in, StepSearch: o.stepSearch, Owner: s.owner()}
+	input := sessionrpc.SessionInput{Start: in, StepSearch: o.stepSearch, Owner: s.owner()}
 	if !names.IsShared() {
 		input.SessionID = sessionID
 	}
@@ -110,7 +110,7 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}
 	if owner := s.owner(); owner != nil {
-		startOpts.TypedSearchAttributes = engine.OwnerAttributes(*owner)
+		startOpts.TypedSearchAttributes = sessionrpc.OwnerAttributes(*owner)
 	}
 	var started bool
 	err = sendUntilTaken(ctx, func() error {
@@ -119,8 +119,8 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 		handle, err := s.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
-				UpdateID:   updateID(engine.UpdateStartSession, requestID),
-				UpdateName: engine.UpdateStartSession, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+				UpdateID:   updateID(sessionrpc.UpdateStartSession, requestID),
+				UpdateName: sessionrpc.UpdateStartSession, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
 			},
 		})
 		if err != nil {
@@ -136,7 +136,7 @@ func (s *Sessions) Start(ctx context.Context, sessionID, initialMessage string, 
 	case refused(err), errors.As(err, &exists):
 		return false, nil
 	default:
-		return false, s.failed(ctx, engine.UpdateStartSession, sessionID, requestID, err)
+		return false, s.failed(ctx, sessionrpc.UpdateStartSession, sessionID, requestID, err)
 	}
 }
 
@@ -177,7 +177,7 @@ func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...Sen
 	for _, opt := range opts {
 		opt.applyToSend(&o)
 	}
-	req := engine.SendRequest{Text: text, PlanMode: o.planMode}
+	req := session.SendRequest{Text: text, PlanMode: o.planMode}
 	if len(o.images) > 0 {
 		req.Images = make([]session.ImageReference, len(o.images))
 		for i, img := range o.images {
@@ -186,16 +186,16 @@ func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...Sen
 		if err := session.CheckImages(req.Images); err != nil {
 			return false, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 		}
-		if err := s.requireFeature(ctx, engine.UpdateSendUserMessage, rollout.FeatureImages); err != nil {
+		if err := s.requireFeature(ctx, sessionrpc.UpdateSendUserMessage, rollout.FeatureImages); err != nil {
 			return false, err
 		}
 	}
 	if o.planMode {
-		if err := s.requireFeature(ctx, engine.UpdateSendUserMessage, rollout.FeaturePlans); err != nil {
+		if err := s.requireFeature(ctx, sessionrpc.UpdateSendUserMessage, rollout.FeaturePlans); err != nil {
 			return false, err
 		}
 	}
-	return s.update(ctx, sessionID, engine.UpdateSendUserMessage, req, o.requestOptions)
+	return s.update(ctx, sessionID, sessionrpc.UpdateSendUserMessage, req, o.requestOptions)
 }
 
 // ExecutePlan approves a plan revision: the session starts a turn that
@@ -203,7 +203,7 @@ func (s *Sessions) Send(ctx context.Context, sessionID, text string, opts ...Sen
 // the plan has that revision and is draft or active, no execution of it is
 // pending, and no message is queued or steered.
 func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision int, opts ...RequestOption) (bool, error) {
-	return s.gatedUpdate(ctx, sessionID, engine.UpdateExecutePlan, rollout.FeaturePlans, session.ExecutePlanRequest{Revision: revision}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, sessionrpc.UpdateExecutePlan, rollout.FeaturePlans, session.ExecutePlanRequest{Revision: revision}, requestOpts(opts))
 }
 
 // Steer steers the running turn with new text: the turn ends at its next
@@ -212,19 +212,19 @@ func (s *Sessions) ExecutePlan(ctx context.Context, sessionID string, revision i
 // no turn runs, the text is queued like Send. It reports false for blank
 // text.
 func (s *Sessions) Steer(ctx context.Context, sessionID, text string, opts ...RequestOption) (bool, error) {
-	return s.gatedUpdate(ctx, sessionID, engine.UpdateSteerUserMessage, rollout.FeatureSteering, session.SteerRequest{Text: text}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, sessionrpc.UpdateSteerUserMessage, rollout.FeatureSteering, session.SteerRequest{Text: text}, requestOpts(opts))
 }
 
 // SteerQueued steers the running turn with a queued message, by the ID the
 // snapshot lists. It reports false for a message no longer queued.
 func (s *Sessions) SteerQueued(ctx context.Context, sessionID, messageID string, opts ...RequestOption) (bool, error) {
-	return s.gatedUpdate(ctx, sessionID, engine.UpdateSteerUserMessage, rollout.FeatureSteering, session.SteerRequest{MessageID: messageID}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, sessionrpc.UpdateSteerUserMessage, rollout.FeatureSteering, session.SteerRequest{MessageID: messageID}, requestOpts(opts))
 }
 
 // DeleteQueued deletes a queued message. It reports false for a message no
 // longer queued.
 func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string, opts ...RequestOption) (bool, error) {
-	return s.gatedUpdate(ctx, sessionID, engine.UpdateDeleteQueuedMessage, rollout.FeatureSteering, session.DeleteRequest{MessageID: messageID}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, sessionrpc.UpdateDeleteQueuedMessage, rollout.FeatureSteering, session.DeleteRequest{MessageID: messageID}, requestOpts(opts))
 }
 
 // CancelTurn stops the running turn now, with no new turn: a running model
@@ -233,25 +233,25 @@ func (s *Sessions) DeleteQueued(ctx context.Context, sessionID, messageID string
 // a second cancel of the same turn reports true. The turn may still
 // complete first, when its answer committed before the cancel.
 func (s *Sessions) CancelTurn(ctx context.Context, sessionID, turnID string, opts ...RequestOption) (bool, error) {
-	return s.gatedUpdate(ctx, sessionID, engine.UpdateCancelTurn, rollout.FeatureSteering, session.CancelRequest{TurnID: turnID}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, sessionrpc.UpdateCancelTurn, rollout.FeatureSteering, session.CancelRequest{TurnID: turnID}, requestOpts(opts))
 }
 
 // Approve approves a pending tool call.
 func (s *Sessions) Approve(ctx context.Context, sessionID, interruptID string, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, Approved: true}, requestOpts(opts))
+	return s.update(ctx, sessionID, sessionrpc.UpdateResolveInterrupt, session.ResolveRequest{InterruptID: interruptID, Approved: true}, requestOpts(opts))
 }
 
 // Reject rejects a pending tool call, with a message the model sees, or
 // declines a pending question.
 func (s *Sessions) Reject(ctx context.Context, sessionID, interruptID, message string, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateResolveInterrupt,
+	return s.update(ctx, sessionID, sessionrpc.UpdateResolveInterrupt,
 		session.ResolveRequest{InterruptID: interruptID, RejectionMessage: message}, requestOpts(opts))
 }
 
 // Answer answers a pending question. It reports false for a blank answer,
 // an answer outside the choices, or a question no longer pending.
 func (s *Sessions) Answer(ctx context.Context, sessionID, interruptID, answer string, opts ...RequestOption) (bool, error) {
-	return s.update(ctx, sessionID, engine.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: interruptID, Answer: answer}, requestOpts(opts))
+	return s.update(ctx, sessionID, sessionrpc.UpdateAnswerQuestion, session.AnswerRequest{InterruptID: interruptID, Answer: answer}, requestOpts(opts))
 }
 
 // UpdateSettings replaces the session settings as a whole; empty settings
@@ -261,9 +261,9 @@ func (s *Sessions) Answer(ctx context.Context, sessionID, interruptID, answer st
 func (s *Sessions) UpdateSettings(ctx context.Context, sessionID string, settings SessionSettings, opts ...RequestOption) (bool, error) {
 	raw, err := contract.CheckedSessionSettings(settings)
 	if err != nil {
-		return false, fmt.Errorf("%s on session %s: %w: %w", engine.UpdateSessionSettings, sessionID, ErrInvalidSettings, err)
+		return false, fmt.Errorf("%s on session %s: %w: %w", sessionrpc.UpdateSessionSettings, sessionID, ErrInvalidSettings, err)
 	}
-	return s.gatedUpdate(ctx, sessionID, engine.UpdateSessionSettings, rollout.FeatureSessionSettings, engine.SettingsRequest{Settings: raw}, requestOpts(opts))
+	return s.gatedUpdate(ctx, sessionID, sessionrpc.UpdateSessionSettings, rollout.FeatureSessionSettings, sessionrpc.SettingsRequest{Settings: raw}, requestOpts(opts))
 }
 
 func requestOpts(opts []RequestOption) requestOptions {
@@ -323,13 +323,13 @@ func (s *Sessions) update(ctx context.Context, sessionID, name string, arg any, 
 
 func refused(err error) bool {
 	var app *temporal.ApplicationError
-	return errors.As(err, &app) && app.Type() == engine.RejectedErrorType
+	return errors.As(err, &app) && app.Type() == sessionrpc.RejectedErrorType
 }
 
 // Snapshot reads a session as a UI shows it.
 func (s *Sessions) Snapshot(ctx context.Context, sessionID string) (Snapshot, error) {
 	var snap session.Snapshot
-	if err := s.query(ctx, sessionID, engine.QuerySnapshot, &snap); err != nil {
+	if err := s.query(ctx, sessionID, sessionrpc.QuerySnapshot, &snap); err != nil {
 		return Snapshot{}, err
 	}
 	return snapshotView(snap), nil
@@ -339,7 +339,7 @@ func (s *Sessions) Snapshot(ctx context.Context, sessionID string) (Snapshot, er
 // clamped to 1..200.
 func (s *Sessions) Messages(ctx context.Context, sessionID string, req MessagesRequest) (MessagesPage, error) {
 	var page session.MessagesPage
-	if err := s.query(ctx, sessionID, engine.QueryListMessages, &page,
+	if err := s.query(ctx, sessionID, sessionrpc.QueryListMessages, &page,
 		session.ListMessagesRequest{BeforeSequence: req.BeforeSequence, Limit: req.Limit}); err != nil {
 		return MessagesPage{}, err
 	}
@@ -448,7 +448,7 @@ func (s *Sessions) waitingQuery(steps []string) (string, error) {
 		queues = append(queues, "'"+q+"'")
 	}
 	query := fmt.Sprintf("%s IN (%s) AND ExecutionStatus = 'Running' AND TaskQueue IN (%s)",
-		engine.ActiveStepsAttribute, strings.Join(quoted, ", "), strings.Join(queues, ", "))
+		tenancy.AttributeActiveSteps, strings.Join(quoted, ", "), strings.Join(queues, ", "))
 	if owner := s.owner(); owner != nil {
 		for _, v := range []string{owner.Namespace, owner.Agent} {
 			if !queryNamePattern.MatchString(v) {
@@ -475,7 +475,7 @@ func activeSteps(attrs *commonpb.SearchAttributes, searched []string) []string {
 // attributes a description or a visibility listing of the session carries;
 // nil where the engine does not keep them.
 func ActiveSteps(attrs *commonpb.SearchAttributes) []string {
-	payload := attrs.GetIndexedFields()[engine.ActiveStepsAttribute]
+	payload := attrs.GetIndexedFields()[tenancy.AttributeActiveSteps]
 	if payload == nil {
 		return nil
 	}

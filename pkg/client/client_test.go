@@ -18,6 +18,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
@@ -66,8 +67,8 @@ func TestStartIsTrueOnlyForTheCallThatStartedTheSession(t *testing.T) {
 	}
 
 	if desc, err := c.DescribeWorkflow(ctx, s.WorkflowIDOf("s1"), ""); err != nil ||
-		desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[engine.ActiveStepsAttribute] == nil {
-		t.Fatalf("a session with step search has no %s (%v)", engine.ActiveStepsAttribute, err)
+		desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[tenancy.AttributeActiveSteps] == nil {
+		t.Fatalf("a session with step search has no %s (%v)", tenancy.AttributeActiveSteps, err)
 	}
 
 	// A session that ended is never started again under its ID.
@@ -90,8 +91,8 @@ func TestStartIsTrueOnlyForTheCallThatStartedTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fields := desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields(); fields[engine.ActiveStepsAttribute] != nil {
-		t.Errorf("a session started without step search has %s = %v", engine.ActiveStepsAttribute, fields[engine.ActiveStepsAttribute])
+	if fields := desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields(); fields[tenancy.AttributeActiveSteps] != nil {
+		t.Errorf("a session started without step search has %s = %v", tenancy.AttributeActiveSteps, fields[tenancy.AttributeActiveSteps])
 	}
 }
 
@@ -194,8 +195,8 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 
 	// Settings that bypass the client's check are refused by the session.
 	handle, err := c.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
-		WorkflowID: s.WorkflowIDOf("s1"), UpdateName: engine.UpdateSessionSettings, WaitForStage: tclient.WorkflowUpdateStageCompleted,
-		Args: []any{engine.SettingsRequest{Settings: json.RawMessage(`["large"]`)}},
+		WorkflowID: s.WorkflowIDOf("s1"), UpdateName: sessionrpc.UpdateSessionSettings, WaitForStage: tclient.WorkflowUpdateStageCompleted,
+		Args: []any{sessionrpc.SettingsRequest{Settings: json.RawMessage(`["large"]`)}},
 	})
 	if err == nil {
 		err = handle.Get(ctx, nil)
@@ -207,7 +208,7 @@ func TestSessionSettingsChooseTheModelOfTheNextTurn(t *testing.T) {
 	// A session started around the client with settings that are not an
 	// object fails at once, without a retry.
 	run, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "bad-start", TaskQueue: tenancy.Tenant("test", "Settings").TaskQueue()}, "Settings",
-		engine.SessionInput{Start: session.StartInput{RequestID: "r", Settings: json.RawMessage(`"large"`)}})
+		sessionrpc.SessionInput{Start: session.StartInput{RequestID: "r", Settings: json.RawMessage(`"large"`)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/stepwise-run/stepwise/internal/engine"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 )
 
 // RequestOption changes one request to a session: ExecutePlan, Steer,
@@ -35,7 +35,7 @@ type requestOptions struct {
 
 type startOptions struct {
 	requestOptions
-	stepSearch engine.StepSearchMode
+	stepSearch sessionrpc.StepSearchMode
 	settings   SessionSettings
 }
 
@@ -81,7 +81,7 @@ func WithSettings(settings SessionSettings) StartOption {
 // search attribute, for a namespace where it is not registered. Such a
 // session is not found by Waiting.
 func WithoutStepSearch() StartOption {
-	return startOptionFunc(func(o *startOptions) { o.stepSearch = engine.StepSearchDisabled })
+	return startOptionFunc(func(o *startOptions) { o.stepSearch = sessionrpc.StepSearchDisabled })
 }
 
 // InPlanMode sends a message that starts a planning turn: the model may only

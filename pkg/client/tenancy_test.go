@@ -14,6 +14,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/session"
+	"github.com/stepwise-run/stepwise/internal/sessionrpc"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/client"
@@ -132,8 +133,8 @@ func TestTwoNamespacesWithOneFlowTypeNeverMeet(t *testing.T) {
 	// client, under a bare ID, on team-b's task queue: team-a does not
 	// take it, nor does team-b, whose owner it does not record.
 	forged := tclient.StartWorkflowOptions{ID: "forged", TaskQueue: tenancy.Tenant("team-b", "SupportAgent").TaskQueue(),
-		TypedSearchAttributes: engine.OwnerAttributes(tenancy.Owner{Namespace: "team-a", Agent: "support"})}
-	if _, err := c.ExecuteWorkflow(ctx, forged, "SupportAgent", engine.SessionInput{Start: session.StartInput{RequestID: "r"}}); err != nil {
+		TypedSearchAttributes: sessionrpc.OwnerAttributes(tenancy.Owner{Namespace: "team-a", Agent: "support"})}
+	if _, err := c.ExecuteWorkflow(ctx, forged, "SupportAgent", sessionrpc.SessionInput{Start: session.StartInput{RequestID: "r"}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, sessions := range s {
@@ -147,7 +148,7 @@ func TestTwoNamespacesWithOneFlowTypeNeverMeet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if owner, ok := engine.RecordedOwner(desc.TypedSearchAttributes); !ok || owner != (tenancy.Owner{Namespace: "team-a", Agent: "support", AgentUID: "uid-a"}) {
+	if owner, ok := sessionrpc.RecordedOwner(desc.TypedSearchAttributes); !ok || owner != (tenancy.Owner{Namespace: "team-a", Agent: "support", AgentUID: "uid-a"}) {
 		t.Errorf("team-a's s1 records owner %+v (%v)", owner, ok)
 	}
 

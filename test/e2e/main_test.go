@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/testcluster"
 	"github.com/stepwise-run/stepwise/internal/testtools"
@@ -161,7 +161,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stdout, err)
 		return 1
 	}
-	scheme, err := agentsv1.NewScheme()
+	scheme, err := apischeme.New()
 	if err != nil {
 		fmt.Fprintln(os.Stdout, err)
 		return 1
