@@ -17,6 +17,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -145,12 +146,6 @@ func New(opts Options) *Server {
 	return s
 }
 
-// HealthPath answers the kubelet's probes without a token.
-const HealthPath = hubapi.HealthPath
-
-// SessionPath is the prefix of one session's routes.
-const SessionPath = "/api/v1/namespaces/{namespace}/agents/{agent}/sessions/{session}"
-
 // maxBodyBytes bounds a request body: a message with its image references.
 const maxBodyBytes = 4 << 20
 
@@ -158,7 +153,7 @@ const maxBodyBytes = 4 << 20
 // the OpenAPI document describes, from one table so the two agree.
 type sessionRoute struct {
 	method string
-	// path follows SessionPath.
+	// path follows gatewayapi.SessionPath.
 	path    string
 	verb    Verb
 	handle  func(*call) (any, error)
@@ -178,29 +173,29 @@ type sessionRoute struct {
 func (s *Server) sessionRoutes() []sessionRoute {
 	return []sessionRoute{
 		{method: http.MethodPost, verb: VerbCreate, handle: s.start, start: true, operationID: "startSession",
-			summary: "Start a session, with a first message unless it is blank.", request: StartRequest{}, optionalBody: true, response: Accepted{}},
+			summary: "Start a session, with a first message unless it is blank.", request: gatewayapi.StartRequest{}, optionalBody: true, response: gatewayapi.Accepted{}},
 		{method: http.MethodGet, path: "/snapshot", verb: VerbGet, handle: s.snapshot, operationID: "getSnapshot",
-			summary: "Read the session as a page shows it, with the resume token of its event stream.", response: SnapshotResponse{}},
+			summary: "Read the session as a page shows it, with the resume token of its event stream.", response: gatewayapi.SnapshotResponse{}},
 		{method: http.MethodGet, path: "/messages", verb: VerbGet, handle: s.messages, operationID: "listMessages",
 			summary: "Read a page of stored messages, oldest first.", response: sessions.MessagesPage{}, query: messagesQuery},
 		{method: http.MethodPost, path: "/messages", verb: VerbSend, handle: s.send, operationID: "sendMessage",
-			summary: "Send a message; it starts a turn, or waits for the running one to end.", request: SendRequest{}, response: Accepted{}},
+			summary: "Send a message; it starts a turn, or waits for the running one to end.", request: gatewayapi.SendRequest{}, response: gatewayapi.Accepted{}},
 		{method: http.MethodPost, path: "/steer", verb: VerbSend, handle: s.steer, operationID: "steer",
-			summary: "Steer the running turn with new text or a queued message.", request: SteerRequest{}, response: Accepted{}},
+			summary: "Steer the running turn with new text or a queued message.", request: gatewayapi.SteerRequest{}, response: gatewayapi.Accepted{}},
 		{method: http.MethodDelete, path: "/queued/{message}", verb: VerbSend, handle: onPathID("message", (*sessions.Sessions).DeleteQueued), operationID: "deleteQueuedMessage",
-			summary: "Delete a queued message before its turn starts.", request: RequestBody{}, optionalBody: true, response: Accepted{}},
+			summary: "Delete a queued message before its turn starts.", request: gatewayapi.RequestBody{}, optionalBody: true, response: gatewayapi.Accepted{}},
 		{method: http.MethodPost, path: "/turns/{turn}/cancel", verb: VerbCancel, handle: onPathID("turn", (*sessions.Sessions).CancelTurn), operationID: "cancelTurn",
-			summary: "Stop a turn.", request: RequestBody{}, optionalBody: true, response: Accepted{}},
+			summary: "Stop a turn.", request: gatewayapi.RequestBody{}, optionalBody: true, response: gatewayapi.Accepted{}},
 		{method: http.MethodPost, path: "/interrupts/{interrupt}/approve", verb: VerbApprove, handle: onPathID("interrupt", (*sessions.Sessions).Approve), operationID: "approveToolCall",
-			summary: "Approve a tool call that waits for approval.", request: RequestBody{}, optionalBody: true, response: Accepted{}},
+			summary: "Approve a tool call that waits for approval.", request: gatewayapi.RequestBody{}, optionalBody: true, response: gatewayapi.Accepted{}},
 		{method: http.MethodPost, path: "/interrupts/{interrupt}/reject", verb: VerbApprove, handle: s.reject, operationID: "rejectToolCall",
-			summary: "Reject a tool call that waits for approval, with a message the model sees.", request: RejectRequest{}, optionalBody: true, response: Accepted{}},
+			summary: "Reject a tool call that waits for approval, with a message the model sees.", request: gatewayapi.RejectRequest{}, optionalBody: true, response: gatewayapi.Accepted{}},
 		{method: http.MethodPost, path: "/interrupts/{interrupt}/answer", verb: VerbAnswer, handle: s.answer, operationID: "answerQuestion",
-			summary: "Answer a question.", request: AnswerRequest{}, response: Accepted{}},
+			summary: "Answer a question.", request: gatewayapi.AnswerRequest{}, response: gatewayapi.Accepted{}},
 		{method: http.MethodPost, path: "/plan/execute", verb: VerbApprove, handle: s.executePlan, operationID: "executePlan",
-			summary: "Approve a plan revision and run it.", request: ExecutePlanRequest{}, response: Accepted{}},
+			summary: "Approve a plan revision and run it.", request: gatewayapi.ExecutePlanRequest{}, response: gatewayapi.Accepted{}},
 		{method: http.MethodPut, path: "/settings", verb: VerbUpdate, handle: s.updateSettings, operationID: "updateSettings",
-			summary: "Replace the session settings the next turn starts with.", request: SettingsRequest{}, response: Accepted{}},
+			summary: "Replace the session settings the next turn starts with.", request: gatewayapi.SettingsRequest{}, response: gatewayapi.Accepted{}},
 	}
 }
 
@@ -208,15 +203,15 @@ func (s *Server) sessionRoutes() []sessionRoute {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.sessionRoutes() {
-		mux.Handle(rt.method+" "+SessionPath+rt.path, s.route(rt.verb, rt.start, rt.handle))
+		mux.Handle(rt.method+" "+gatewayapi.SessionPath+rt.path, s.route(rt.verb, rt.start, rt.handle))
 	}
-	mux.Handle("GET "+SessionPath+"/events", s.route(VerbGet, false, nil))
-	mux.HandleFunc("GET "+WaitingPath, s.waiting)
-	mux.HandleFunc("GET "+NamespaceWaitingPath, s.waiting)
-	mux.HandleFunc("GET "+OpenAPIPath, s.openAPI)
-	mux.HandleFunc("GET "+GraphPath, s.graph)
+	mux.Handle("GET "+gatewayapi.SessionPath+"/events", s.route(VerbGet, false, nil))
+	mux.HandleFunc("GET "+gatewayapi.WaitingPath, s.waiting)
+	mux.HandleFunc("GET "+gatewayapi.NamespaceWaitingPath, s.waiting)
+	mux.HandleFunc("GET "+gatewayapi.OpenAPIPath, s.openAPI)
+	mux.HandleFunc("GET "+gatewayapi.GraphPath, s.graph)
 	s.pageRoutes(mux)
-	mux.HandleFunc("GET "+HealthPath, hubapi.Healthy)
+	mux.HandleFunc("GET "+gatewayapi.HealthPath, hubapi.Healthy)
 	return mux
 }
 
@@ -362,17 +357,6 @@ func badRequest(field, message string) error {
 	return &httpError{status: http.StatusBadRequest, reason: "bad_request", message: field + ": " + message}
 }
 
-// ErrorBody is every refusal's body.
-type ErrorBody struct {
-	// Reason is stable, for programs: bad_request, unauthenticated,
-	// forbidden, authorization_unavailable, not_found, not_ready,
-	// flow_type_conflict, invalid_token, expired_token,
-	// invalid_image, invalid_settings, feature_not_in_effect, no_event_hub,
-	// engine_error.
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -388,25 +372,25 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var feature *sessions.FeatureError
 	switch {
 	case errors.As(err, &he):
-		writeJSON(w, he.status, ErrorBody{Reason: he.reason, Message: he.message})
+		writeJSON(w, he.status, gatewayapi.ErrorBody{Reason: he.reason, Message: he.message})
 	case errors.Is(err, ErrUnauthenticated):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="stepwise"`)
-		writeJSON(w, http.StatusUnauthorized, ErrorBody{Reason: "unauthenticated", Message: err.Error()})
+		writeJSON(w, http.StatusUnauthorized, gatewayapi.ErrorBody{Reason: "unauthenticated", Message: err.Error()})
 	case errors.Is(err, ErrForbidden):
-		writeJSON(w, http.StatusForbidden, ErrorBody{Reason: "forbidden", Message: err.Error()})
+		writeJSON(w, http.StatusForbidden, gatewayapi.ErrorBody{Reason: "forbidden", Message: err.Error()})
 	case errors.Is(err, ErrAgentNotFound):
-		writeJSON(w, http.StatusNotFound, ErrorBody{Reason: "not_found", Message: err.Error()})
+		writeJSON(w, http.StatusNotFound, gatewayapi.ErrorBody{Reason: "not_found", Message: err.Error()})
 	case errors.As(err, &pending):
-		writeJSON(w, http.StatusAccepted, Pending{Accepted: false, Pending: true, RequestID: pending.RequestID,
+		writeJSON(w, http.StatusAccepted, gatewayapi.Pending{Accepted: false, Pending: true, RequestID: pending.RequestID,
 			WaitingForWorker: pending.NoWorker, Message: pending.Error()})
 	case errors.As(err, &feature):
-		writeJSON(w, http.StatusConflict, ErrorBody{Reason: "feature_not_in_effect", Message: feature.Error()})
+		writeJSON(w, http.StatusConflict, gatewayapi.ErrorBody{Reason: "feature_not_in_effect", Message: feature.Error()})
 	case errors.Is(err, sessions.ErrInvalidImage):
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Reason: "invalid_image", Message: err.Error()})
+		writeJSON(w, http.StatusBadRequest, gatewayapi.ErrorBody{Reason: "invalid_image", Message: err.Error()})
 	case errors.Is(err, sessions.ErrInvalidSettings):
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Reason: "invalid_settings", Message: err.Error()})
+		writeJSON(w, http.StatusBadRequest, gatewayapi.ErrorBody{Reason: "invalid_settings", Message: err.Error()})
 	default:
 		s.opts.Logger.Error("a session request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		writeJSON(w, http.StatusBadGateway, ErrorBody{Reason: "engine_error", Message: "the engine did not answer the request; see the gateway's log"})
+		writeJSON(w, http.StatusBadGateway, gatewayapi.ErrorBody{Reason: "engine_error", Message: "the engine did not answer the request; see the gateway's log"})
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -253,24 +254,24 @@ func ranOnce(t *testing.T, f *fixture, tool string) {
 
 func mustAccept(t *testing.T, method, url string, body any) {
 	t.Helper()
-	var got gateway.Accepted
+	var got gatewayapi.Accepted
 	if status := call(t, method, url, operatorToken, body, &got); status != http.StatusOK || !got.Accepted {
 		t.Fatalf("%s %s = %d %+v, want 200 accepted", method, url, status, got)
 	}
 }
 
-func snapshot(t *testing.T, f *fixture, id string) gateway.SnapshotResponse {
+func snapshot(t *testing.T, f *fixture, id string) gatewayapi.SnapshotResponse {
 	t.Helper()
-	var snap gateway.SnapshotResponse
+	var snap gatewayapi.SnapshotResponse
 	if status := call(t, http.MethodGet, sessionURL(f, support, id)+"/snapshot", readerToken, nil, &snap); status != http.StatusOK {
 		t.Fatalf("snapshot = %d", status)
 	}
 	return snap
 }
 
-func waitSnapshot(t *testing.T, f *fixture, id, what string, cond func(gateway.SnapshotResponse) bool) gateway.SnapshotResponse {
+func waitSnapshot(t *testing.T, f *fixture, id, what string, cond func(gatewayapi.SnapshotResponse) bool) gatewayapi.SnapshotResponse {
 	t.Helper()
-	var snap gateway.SnapshotResponse
+	var snap gatewayapi.SnapshotResponse
 	enginetest.Eventually(t, 30*time.Second, what, func() (bool, error) {
 		snap = snapshot(t, f, id)
 		return cond(snap), nil
@@ -373,8 +374,8 @@ func words(n int) string {
 
 func TestATurnStreamsAndResumesAfterACutWithNoRepeatedOrMissingText(t *testing.T) {
 	f := start(t)
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-stream"), gateway.StartRequest{Message: "stream: 40"})
-	snap := waitSnapshot(t, f, "s-stream", "the turn to start", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-stream"), gatewayapi.StartRequest{Message: "stream: 40"})
+	snap := waitSnapshot(t, f, "s-stream", "the turn to start", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State != nil && s.Snapshot.State.ActiveTurnID != ""
 	})
 	if snap.ResumeToken == "" {
@@ -400,7 +401,7 @@ func TestATurnStreamsAndResumesAfterACutWithNoRepeatedOrMissingText(t *testing.T
 	if got := first + second; got != words(40) {
 		t.Errorf("streamed text = %q, want %q once", got, words(40))
 	}
-	final := waitSnapshot(t, f, "s-stream", "the turn to end", func(s gateway.SnapshotResponse) bool {
+	final := waitSnapshot(t, f, "s-stream", "the turn to end", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State.ActiveTurnID == ""
 	})
 	if msgs := final.Snapshot.Messages; len(msgs) == 0 || !strings.Contains(msgs[len(msgs)-1].Text, "w40") {
@@ -411,10 +412,10 @@ func TestATurnStreamsAndResumesAfterACutWithNoRepeatedOrMissingText(t *testing.T
 // streamAfterFirstTurn starts session id with one message, waits for its
 // turn to end and opens its event stream from the snapshot's token, for
 // the rest of the test.
-func streamAfterFirstTurn(t *testing.T, f *fixture, id string) (gateway.SnapshotResponse, <-chan frame) {
+func streamAfterFirstTurn(t *testing.T, f *fixture, id string) (gatewayapi.SnapshotResponse, <-chan frame) {
 	t.Helper()
-	mustAccept(t, http.MethodPost, sessionURL(f, support, id), gateway.StartRequest{Message: "hello"})
-	snap := waitSnapshot(t, f, id, "the first turn to end", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, sessionURL(f, support, id), gatewayapi.StartRequest{Message: "hello"})
+	snap := waitSnapshot(t, f, id, "the first turn to end", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 1 && s.Snapshot.State.ActiveTurnID == ""
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -447,7 +448,7 @@ func TestAnIdleStreamSendsKeepAlivesAndRefusesTokensItCannotHonour(t *testing.T)
 		}
 	}
 
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-other"), gateway.StartRequest{})
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-other"), gatewayapi.StartRequest{})
 	otherSnap := snapshot(t, f, "s-other")
 	for name, token := range map[string]string{
 		"another session's token": otherSnap.ResumeToken,
@@ -459,7 +460,7 @@ func TestAnIdleStreamSendsKeepAlivesAndRefusesTokensItCannotHonour(t *testing.T)
 			t.Errorf("events with %s = %d, want 400, which stops an EventSource", name, status)
 		}
 	}
-	var refusal gateway.ErrorBody
+	var refusal gatewayapi.ErrorBody
 	req := sessionURL(f, support, "s-idle") + "/events?resumeToken=" + otherSnap.ResumeToken
 	if call(t, http.MethodGet, req, readerToken, nil, &refusal); refusal.Reason != "invalid_token" {
 		t.Errorf("another session's token as a query parameter: %+v", refusal)
@@ -505,8 +506,8 @@ func TestAStreamEndsOnceItsCallerMayNoLongerRead(t *testing.T) {
 func TestApprovalsQuestionsAndCancelsGoThroughTheGatewayOnce(t *testing.T) {
 	f := start(t)
 	base := sessionURL(f, support, "s-hitl")
-	mustAccept(t, http.MethodPost, base, gateway.StartRequest{Message: "tools: write_approved"})
-	snap := waitSnapshot(t, f, "s-hitl", "an approval", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, base, gatewayapi.StartRequest{Message: "tools: write_approved"})
+	snap := waitSnapshot(t, f, "s-hitl", "an approval", func(s gatewayapi.SnapshotResponse) bool {
 		return len(s.Snapshot.PendingInterrupts) == 1
 	})
 	approval := snap.Snapshot.PendingInterrupts[0]
@@ -514,37 +515,37 @@ func TestApprovalsQuestionsAndCancelsGoThroughTheGatewayOnce(t *testing.T) {
 		t.Fatalf("pending = %+v", approval)
 	}
 	// The reader may read, not approve.
-	var refusal gateway.ErrorBody
+	var refusal gatewayapi.ErrorBody
 	if status := call(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", readerToken, nil, &refusal); status != http.StatusForbidden ||
 		!strings.Contains(refusal.Message, "may not approve sessions of Agent team-a/support") {
 		t.Errorf("approve with a read-only token = %d %+v", status, refusal)
 	}
-	mustAccept(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", gateway.RequestBody{RequestID: "approve-1"})
+	mustAccept(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", gatewayapi.RequestBody{RequestID: "approve-1"})
 	// The same request again answers the same, and the tool runs once.
-	mustAccept(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", gateway.RequestBody{RequestID: "approve-1"})
-	waitSnapshot(t, f, "s-hitl", "the turn to end", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, base+"/interrupts/"+approval.ID+"/approve", gatewayapi.RequestBody{RequestID: "approve-1"})
+	waitSnapshot(t, f, "s-hitl", "the turn to end", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State.ActiveTurnID == "" && s.Snapshot.State.TurnCount == 1
 	})
 	ranOnce(t, f, "write_approved")
 
-	mustAccept(t, http.MethodPost, base+"/messages", gateway.SendRequest{Text: "ask: which color?"})
-	snap = waitSnapshot(t, f, "s-hitl", "a question", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, base+"/messages", gatewayapi.SendRequest{Text: "ask: which color?"})
+	snap = waitSnapshot(t, f, "s-hitl", "a question", func(s gatewayapi.SnapshotResponse) bool {
 		return len(s.Snapshot.PendingInterrupts) == 1 && s.Snapshot.PendingInterrupts[0].Kind == sessions.InterruptQuestion
 	})
 	if asker := snap.Snapshot.PendingInterrupts[0].AskedBy; asker != sessions.AskedByAgent {
 		t.Errorf("ask_user's question is asked by %q, want the agent", asker)
 	}
-	mustAccept(t, http.MethodPost, base+"/interrupts/"+snap.Snapshot.PendingInterrupts[0].ID+"/answer", gateway.AnswerRequest{Answer: "red"})
-	waitSnapshot(t, f, "s-hitl", "the answered turn to end", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, base+"/interrupts/"+snap.Snapshot.PendingInterrupts[0].ID+"/answer", gatewayapi.AnswerRequest{Answer: "red"})
+	waitSnapshot(t, f, "s-hitl", "the answered turn to end", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State.ActiveTurnID == "" && s.Snapshot.State.TurnCount == 2
 	})
 
-	mustAccept(t, http.MethodPost, base+"/messages", gateway.SendRequest{Text: "wait: 3600"})
-	snap = waitSnapshot(t, f, "s-hitl", "a durable wait", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, base+"/messages", gatewayapi.SendRequest{Text: "wait: 3600"})
+	snap = waitSnapshot(t, f, "s-hitl", "a durable wait", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State.TurnCount == 3 && s.Snapshot.State.ActiveTurnID != ""
 	})
 	mustAccept(t, http.MethodPost, base+"/turns/"+snap.Snapshot.State.ActiveTurnID+"/cancel", nil)
-	waitSnapshot(t, f, "s-hitl", "the cancelled turn to end", func(s gateway.SnapshotResponse) bool {
+	waitSnapshot(t, f, "s-hitl", "the cancelled turn to end", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State.ActiveTurnID == ""
 	})
 	var page sessions.MessagesPage
@@ -555,7 +556,7 @@ func TestApprovalsQuestionsAndCancelsGoThroughTheGatewayOnce(t *testing.T) {
 
 func TestTheGatewayRefusesCallersAndRequestsItMustNotServe(t *testing.T) {
 	f := start(t)
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1"), gateway.StartRequest{Message: "hello"})
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1"), gatewayapi.StartRequest{Message: "hello"})
 	// A session of another Agent on the same engine, started directly.
 	other := sessions.New(f.stack.Client, sessions.Agent{Namespace: billing.Namespace, Name: billing.Name, FlowType: "GatewayBilling"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -575,10 +576,10 @@ func TestTheGatewayRefusesCallersAndRequestsItMustNotServe(t *testing.T) {
 		{"no token", "GET", s1 + "/snapshot", "", nil, 401, "unauthenticated", "bearer token is required"},
 		{"an unknown token", "GET", s1 + "/snapshot", "nobody", nil, 401, "unauthenticated", "not known"},
 		{"another namespace's token", "GET", s1 + "/snapshot", otherNSToken, nil, 403, "forbidden", "may not get sessions of Agent team-a/support"},
-		{"a verb the token lacks", "POST", s1 + "/messages", readerToken, gateway.SendRequest{Text: "x"}, 403, "forbidden", "may not send"},
+		{"a verb the token lacks", "POST", s1 + "/messages", readerToken, gatewayapi.SendRequest{Text: "x"}, 403, "forbidden", "may not send"},
 		{"an Agent the token does not name", "GET", sessionURL(f, billing, "s-billing") + "/snapshot", readerToken, nil, 403, "forbidden", "Agent team-a/billing"},
 		{"another Agent's session through this Agent", "GET", sessionURL(f, support, "s-billing") + "/snapshot", operatorToken, nil, 404, "not_found", "Agent team-a/support has no session s-billing"},
-		{"starting a session ID another Agent holds starts this Agent's own", "POST", sessionURL(f, support, "s-billing"), operatorToken, gateway.StartRequest{}, 200, "", ""},
+		{"starting a session ID another Agent holds starts this Agent's own", "POST", sessionURL(f, support, "s-billing"), operatorToken, gatewayapi.StartRequest{}, 200, "", ""},
 		{"another namespace's Agent of the same Flow type, on this Agent's session ID", "GET", sessionURL(f, teamBSupport, "s-1") + "/snapshot", otherNSToken, nil, 404, "not_found", "Agent team-b/support has no session s-1"},
 		{"another namespace's Agent of the same Flow type, approving on this Agent's session ID", "POST", sessionURL(f, teamBSupport, "s-1") + "/interrupts/i1/approve", otherNSToken, nil, 404, "not_found", "Agent team-b/support has no session s-1"},
 		{"a session that does not exist", "GET", sessionURL(f, support, "s-none") + "/snapshot", operatorToken, nil, 404, "not_found", "no session s-none"},
@@ -586,15 +587,15 @@ func TestTheGatewayRefusesCallersAndRequestsItMustNotServe(t *testing.T) {
 		{"a session ID with a space", "GET", sessionURL(f, support, "s%201") + "/snapshot", operatorToken, nil, 400, "bad_request", "session:"},
 		{"a namespace in capitals", "GET", sessionURL(f, gateway.AgentRef{Namespace: "Team-A", Name: "support"}, "s-1") + "/snapshot", operatorToken, nil, 400, "bad_request", "namespace:"},
 		{"an unknown body field", "POST", s1 + "/messages", operatorToken, map[string]any{"txt": "x"}, 400, "bad_request", `unknown field "txt"`},
-		{"a steer with text and a queued message", "POST", s1 + "/steer", operatorToken, gateway.SteerRequest{Text: "a", QueuedMessageID: "b"}, 400, "bad_request", "one of text or queuedMessageId"},
-		{"a plan revision of 0", "POST", s1 + "/plan/execute", operatorToken, gateway.ExecutePlanRequest{}, 400, "bad_request", "revision: 0"},
+		{"a steer with text and a queued message", "POST", s1 + "/steer", operatorToken, gatewayapi.SteerRequest{Text: "a", QueuedMessageID: "b"}, 400, "bad_request", "one of text or queuedMessageId"},
+		{"a plan revision of 0", "POST", s1 + "/plan/execute", operatorToken, gatewayapi.ExecutePlanRequest{}, 400, "bad_request", "revision: 0"},
 		{"settings that are not given", "PUT", s1 + "/settings", operatorToken, map[string]any{}, 400, "bad_request", "settings: required"},
-		{"an image reference of nothing", "POST", s1 + "/messages", operatorToken, gateway.SendRequest{Text: "x", Images: []sessions.ImageReference{{Type: "image"}}}, 400, "invalid_image", "invalid image"},
+		{"an image reference of nothing", "POST", s1 + "/messages", operatorToken, gatewayapi.SendRequest{Text: "x", Images: []sessions.ImageReference{{Type: "image"}}}, 400, "invalid_image", "invalid image"},
 		{"a page limit of 0", "GET", s1 + "/messages?limit=0", operatorToken, nil, 400, "bad_request", "limit:"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var refusal gateway.ErrorBody
+			var refusal gatewayapi.ErrorBody
 			status := call(t, c.method, c.url, c.token, c.body, &refusal)
 			if status != c.status || refusal.Reason != c.reason || !strings.Contains(refusal.Message, c.mentions) {
 				t.Errorf("= %d %+v, want %d %s naming %q", status, refusal, c.status, c.reason, c.mentions)
@@ -602,22 +603,22 @@ func TestTheGatewayRefusesCallersAndRequestsItMustNotServe(t *testing.T) {
 		})
 	}
 	big := strings.Repeat("x", 5<<20)
-	var refusal gateway.ErrorBody
-	if status := call(t, "POST", s1+"/messages", operatorToken, gateway.SendRequest{Text: big}, &refusal); status != 400 || !strings.Contains(refusal.Message, "at most") {
+	var refusal gatewayapi.ErrorBody
+	if status := call(t, "POST", s1+"/messages", operatorToken, gatewayapi.SendRequest{Text: big}, &refusal); status != 400 || !strings.Contains(refusal.Message, "at most") {
 		t.Errorf("a 5 MiB body = %d %+v", status, refusal)
 	}
 }
 
 func TestARequestNoWorkerRunsAnswers202WithItsRequestID(t *testing.T) {
 	f := start(t, func(o *gateway.Options) { o.RequestTimeout = 3 * time.Second })
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1"), gateway.StartRequest{Message: "hello"})
-	waitSnapshot(t, f, "s-1", "the first turn to end", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1"), gatewayapi.StartRequest{Message: "hello"})
+	waitSnapshot(t, f, "s-1", "the first turn to end", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 1 && s.Snapshot.State.ActiveTurnID == ""
 	})
 	f.worker.Kill()
-	var pending gateway.Pending
+	var pending gatewayapi.Pending
 	status := call(t, http.MethodPost, sessionURL(f, support, "s-1")+"/messages", operatorToken,
-		gateway.SendRequest{Text: "are you there?", RequestID: "later-1"}, &pending)
+		gatewayapi.SendRequest{Text: "are you there?", RequestID: "later-1"}, &pending)
 	// Whether the gateway can tell that no worker polls depends on how long
 	// ago the last one did; the request ID is what the caller needs.
 	if status != http.StatusAccepted || !pending.Pending || pending.RequestID != "later-1" {
@@ -626,8 +627,8 @@ func TestARequestNoWorkerRunsAnswers202WithItsRequestID(t *testing.T) {
 	// Once a worker runs again, the same request ID learns the outcome of
 	// the one request, which ran once.
 	f.stack.StartWorker()
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1")+"/messages", gateway.SendRequest{Text: "are you there?", RequestID: "later-1"})
-	waitSnapshot(t, f, "s-1", "the second turn to end", func(s gateway.SnapshotResponse) bool {
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-1")+"/messages", gatewayapi.SendRequest{Text: "are you there?", RequestID: "later-1"})
+	waitSnapshot(t, f, "s-1", "the second turn to end", func(s gatewayapi.SnapshotResponse) bool {
 		return s.Snapshot.State != nil && s.Snapshot.State.TurnCount == 2 && s.Snapshot.State.ActiveTurnID == ""
 	})
 }

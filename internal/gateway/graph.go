@@ -6,11 +6,6 @@ import (
 	"net/http"
 )
 
-// GraphPath serves an Agent's session Flow graph, the document the operator
-// publishes, to whoever may read the Agent's sessions: a page draws it with
-// the Steps a session is in, which the snapshot lists.
-const GraphPath = "/api/v1/namespaces/{namespace}/agents/{agent}/graph"
-
 func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
 	ref := AgentRef{Namespace: r.PathValue("namespace"), Name: r.PathValue("agent")}
 	if err := checkAgentRef(ref); err != nil {

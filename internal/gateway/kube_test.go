@@ -35,6 +35,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/testtools"
@@ -277,7 +278,7 @@ func TestKubernetesAuthorizerWithoutTheAPIServerAnswers503(t *testing.T) {
 	req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/team-a/agents/support/sessions/s-1/snapshot", nil)
 	req.Header.Set("Authorization", "Bearer some-token")
 	handler.ServeHTTP(rec, req)
-	var body gateway.ErrorBody
+	var body gatewayapi.ErrorBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatalf("answer %d %q: %v", rec.Code, rec.Body, err)
 	}

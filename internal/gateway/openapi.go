@@ -10,14 +10,11 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/version"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
-
-// OpenAPIPath serves the gateway's OpenAPI document to anyone: it tells
-// which routes exist, not what any session holds.
-const OpenAPIPath = "/api/v1/openapi.json"
 
 // parameter is a path, query or header parameter of a route.
 type parameter struct {
@@ -149,7 +146,7 @@ func (s *Server) OpenAPIDocument() ([]byte, error) {
 		}
 		return &jsonschema.Schema{Ref: "#/components/schemas/" + t.Name()}, nil
 	}
-	errorBody, err := ref(ErrorBody{})
+	errorBody, err := ref(gatewayapi.ErrorBody{})
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +160,7 @@ func (s *Server) OpenAPIDocument() ([]byte, error) {
 			ok.Content = map[string]openAPIMediaType{contentType: {Schema: schema}}
 		}
 		op.Responses = map[string]*openAPIResponse{"200": ok}
-		if op.Verb != "" || path == WaitingPath || path == NamespaceWaitingPath {
+		if op.Verb != "" || path == gatewayapi.WaitingPath || path == gatewayapi.NamespaceWaitingPath {
 			refusal := map[string]openAPIMediaType{"application/json": {Schema: errorBody}}
 			op.Responses["4XX"] = &openAPIResponse{Description: "Refused; reason says why.", Content: refusal}
 			op.Responses["5XX"] = &openAPIResponse{Description: "The gateway could not reach what the request needs; reason says what.", Content: refusal}
@@ -184,11 +181,11 @@ func (s *Server) OpenAPIDocument() ([]byte, error) {
 			}
 			op.RequestBody = &openAPIBody{Required: !rt.optionalBody, Content: map[string]openAPIMediaType{"application/json": {Schema: schema}}}
 		}
-		if err := add(rt.method, SessionPath+rt.path, op, rt.response, "application/json"); err != nil {
+		if err := add(rt.method, gatewayapi.SessionPath+rt.path, op, rt.response, "application/json"); err != nil {
 			return nil, err
 		}
-		if rt.response == (Accepted{}) {
-			pending, err := ref(Pending{})
+		if rt.response == (gatewayapi.Accepted{}) {
+			pending, err := ref(gatewayapi.Pending{})
 			if err != nil {
 				return nil, err
 			}
@@ -202,20 +199,20 @@ func (s *Server) OpenAPIDocument() ([]byte, error) {
 		response    any
 		contentType string
 	}{
-		{SessionPath + "/events", &openAPIOperation{OperationID: "streamEvents", Verb: VerbGet, Parameters: eventsParameters,
+		{gatewayapi.SessionPath + "/events", &openAPIOperation{OperationID: "streamEvents", Verb: VerbGet, Parameters: eventsParameters,
 			Summary: "Stream the session's events as Server-Sent Events; each frame's id is a resume token and its data an Event. " +
 				"Idle streams send keep-alive comments. A token of another session, or one whose events are no longer kept, is 400: load the snapshot again."},
 			Event{}, "text/event-stream"},
-		{WaitingPath, &openAPIOperation{OperationID: "listWaitingSessions", Parameters: waitingQuery,
+		{gatewayapi.WaitingPath, &openAPIOperation{OperationID: "listWaitingSessions", Parameters: waitingQuery,
 			Summary: "List the sessions waiting for a person, newest first, across every Agent whose sessions the caller may get."},
-			WaitingResponse{}, "application/json"},
-		{NamespaceWaitingPath, &openAPIOperation{OperationID: "listNamespaceWaitingSessions", Parameters: waitingQuery,
+			gatewayapi.WaitingResponse{}, "application/json"},
+		{gatewayapi.NamespaceWaitingPath, &openAPIOperation{OperationID: "listNamespaceWaitingSessions", Parameters: waitingQuery,
 			Summary: "List the sessions waiting for a person, newest first, across the Agents of one namespace whose sessions the caller may get."},
-			WaitingResponse{}, "application/json"},
-		{GraphPath, &openAPIOperation{OperationID: "getFlowGraph", Verb: VerbGet,
+			gatewayapi.WaitingResponse{}, "application/json"},
+		{gatewayapi.GraphPath, &openAPIOperation{OperationID: "getFlowGraph", Verb: VerbGet,
 			Summary: "Read the session Flow graph the operator published for the Agent: its Steps, transitions and actions; a snapshot's activeSteps name the Steps a session is in."},
 			session.FlowGraph{}, "application/json"},
-		{OpenAPIPath, &openAPIOperation{OperationID: "getOpenAPIDocument", Summary: "This document.", Security: []map[string][]string{{}}},
+		{gatewayapi.OpenAPIPath, &openAPIOperation{OperationID: "getOpenAPIDocument", Summary: "This document.", Security: []map[string][]string{{}}},
 			nil, ""},
 	}
 	for _, o := range others {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 )
 
 // document is the part of the OpenAPI document the tests read.
@@ -23,7 +23,7 @@ type document struct {
 
 func openAPI(t *testing.T, f *fixture) document {
 	t.Helper()
-	resp, err := http.Get(f.gateway + gateway.OpenAPIPath)
+	resp, err := http.Get(f.gateway + gatewayapi.OpenAPIPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestTheOpenAPIDocumentDescribesTheRoutesTheGatewayServes(t *testing.T) {
 			}
 			_ = resp.Body.Close()
 			want := http.StatusUnauthorized
-			if path == gateway.OpenAPIPath {
+			if path == gatewayapi.OpenAPIPath {
 				want = http.StatusOK
 			}
 			if resp.StatusCode != want {
@@ -101,14 +101,14 @@ func TestTheOpenAPIDocumentDescribesTheRoutesTheGatewayServes(t *testing.T) {
 		raw, _ := io.ReadAll(resp.Body)
 		return raw
 	}
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-doc"), gateway.StartRequest{Message: "tools: write_approved"})
-	waitSnapshot(t, f, "s-doc", "an approval", func(s gateway.SnapshotResponse) bool { return len(s.Snapshot.PendingInterrupts) == 1 })
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-doc"), gatewayapi.StartRequest{Message: "tools: write_approved"})
+	waitSnapshot(t, f, "s-doc", "an approval", func(s gatewayapi.SnapshotResponse) bool { return len(s.Snapshot.PendingInterrupts) == 1 })
 	conforms(t, doc, "SnapshotResponse", get(sessionURL(f, support, "s-doc")+"/snapshot", readerToken))
 	conforms(t, doc, "MessagesPage", get(sessionURL(f, support, "s-doc")+"/messages", readerToken))
-	conforms(t, doc, "WaitingResponse", get(f.gateway+gateway.WaitingPath, operatorToken))
+	conforms(t, doc, "WaitingResponse", get(f.gateway+gatewayapi.WaitingPath, operatorToken))
 	conforms(t, doc, "FlowGraph", get(f.gateway+"/api/v1/namespaces/team-a/agents/support/graph", readerToken))
 	conforms(t, doc, "ErrorBody", get(sessionURL(f, support, "s-none")+"/snapshot", readerToken))
-	raw, _ := json.Marshal(gateway.Accepted{Accepted: true})
+	raw, _ := json.Marshal(gatewayapi.Accepted{Accepted: true})
 	conforms(t, doc, "Accepted", raw)
 	// The schemas are strict: a field the type does not have is refused.
 	resolved, err := doc.Components.Schemas["Accepted"].Resolve(nil)

@@ -4,13 +4,9 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
-)
 
-// PagePath is where the gateway serves its web page: the sessions waiting
-// for a person, and a live session with its approvals, questions, plan,
-// steering, Stop and Flow graph. The page holds no secret: it calls the
-// routes with the bearer token its user pastes, as any other client does.
-const PagePath = "/ui/"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
+)
 
 //go:embed web
 var web embed.FS
@@ -32,12 +28,12 @@ func (s *Server) pageRoutes(mux *http.ServeMux) {
 	if err != nil {
 		panic(err) // the embedded directory is part of the binary
 	}
-	static := http.StripPrefix(PagePath, http.FileServerFS(files))
-	mux.Handle("GET "+PagePath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	static := http.StripPrefix(gatewayapi.PagePath, http.FileServerFS(files))
+	mux.Handle("GET "+gatewayapi.PagePath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for k, v := range pageHeaders {
 			w.Header().Set(k, v)
 		}
 		static.ServeHTTP(w, r)
 	}))
-	mux.Handle("GET /{$}", http.RedirectHandler(PagePath, http.StatusFound))
+	mux.Handle("GET /{$}", http.RedirectHandler(gatewayapi.PagePath, http.StatusFound))
 }

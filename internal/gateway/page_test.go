@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/stepwise-run/stepwise/internal/browsertest"
-	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
@@ -79,11 +79,11 @@ func TestThePageIsServedWithHeadersThatKeepItToItsOwnFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
-	if resp.Request.URL.Path != gateway.PagePath {
-		t.Errorf("/ led to %s, want the page at %s", resp.Request.URL.Path, gateway.PagePath)
+	if resp.Request.URL.Path != gatewayapi.PagePath {
+		t.Errorf("/ led to %s, want the page at %s", resp.Request.URL.Path, gatewayapi.PagePath)
 	}
 	for _, file := range []string{"", "app.js", "style.css"} {
-		resp, err := http.Get(f.gateway + gateway.PagePath + file)
+		resp, err := http.Get(f.gateway + gatewayapi.PagePath + file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestThePageIsServedWithHeadersThatKeepItToItsOwnFiles(t *testing.T) {
 		}
 	}
 	// The graph route authorizes like the session routes.
-	var refusal gateway.ErrorBody
+	var refusal gatewayapi.ErrorBody
 	graph := f.gateway + "/api/v1/namespaces/team-a/agents/support/graph"
 	if status := call(t, http.MethodGet, graph, otherNSToken, nil, &refusal); status != http.StatusForbidden {
 		t.Errorf("the graph with another namespace's token = %d %+v", status, refusal)

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stepwise-run/stepwise/internal/enginetest"
-	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
 )
 
@@ -69,13 +69,13 @@ func TestTheKubectlPluginDrivesASessionThroughTheGateway(t *testing.T) {
 	if status, out, errOut := kubectl(t, operator, "start", "support", "s-cli", "tools:", "write_approved"); status != 0 || out != "true\n" {
 		t.Fatalf("start = %d %q %q", status, out, errOut)
 	}
-	var snap gateway.SnapshotResponse
+	var snap gatewayapi.SnapshotResponse
 	enginetest.Eventually(t, 30*time.Second, "an approval in get -o json", func() (bool, error) {
 		status, out, errOut := kubectl(t, reader, "get", "support", "s-cli", "-o", "json", "--token", readerToken)
 		if status != 0 {
 			return false, fmt.Errorf("get = %d %q", status, errOut)
 		}
-		snap = gateway.SnapshotResponse{}
+		snap = gatewayapi.SnapshotResponse{}
 		return json.Unmarshal([]byte(out), &snap) == nil && len(snap.Snapshot.PendingInterrupts) == 1, nil
 	})
 	interrupt := snap.Snapshot.PendingInterrupts[0].ID
@@ -85,7 +85,7 @@ func TestTheKubectlPluginDrivesASessionThroughTheGateway(t *testing.T) {
 		t.Errorf("get's table = %d\n%s", status, out)
 	}
 	status, out, _ = kubectl(t, reader, "--token", readerToken, "get", "support", "s-cli", "-o", "yaml")
-	var fromYAML gateway.SnapshotResponse
+	var fromYAML gatewayapi.SnapshotResponse
 	if err := yaml.Unmarshal([]byte(out), &fromYAML); status != 0 || err != nil || len(fromYAML.Snapshot.PendingInterrupts) != 1 {
 		t.Errorf("get -o yaml = %d %v\n%s", status, err, out)
 	}

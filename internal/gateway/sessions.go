@@ -5,79 +5,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
-
-// Accepted answers a session request: whether the session took it.
-type Accepted struct {
-	Accepted bool `json:"accepted"`
-}
-
-// Pending answers, with 202, a request no worker ran in time: it was sent
-// and takes effect, or is refused, when a worker runs it. Send it again
-// with its request ID to learn the outcome.
-type Pending struct {
-	Accepted         bool   `json:"accepted"`
-	Pending          bool   `json:"pending"`
-	RequestID        string `json:"requestId"`
-	WaitingForWorker bool   `json:"waitingForWorker"`
-	Message          string `json:"message"`
-}
-
-// StartRequest starts a session.
-type StartRequest struct {
-	// Message starts the first turn unless blank.
-	Message string `json:"message,omitempty"`
-	// Settings are the session settings, a JSON object.
-	Settings sessions.SessionSettings `json:"settings,omitempty"`
-	// RequestID makes a retry safe.
-	RequestID string `json:"requestId,omitempty"`
-}
-
-// SendRequest sends a message.
-type SendRequest struct {
-	Text      string                    `json:"text"`
-	Images    []sessions.ImageReference `json:"images,omitempty"`
-	PlanMode  bool                      `json:"planMode,omitempty"`
-	RequestID string                    `json:"requestId,omitempty"`
-}
-
-// SteerRequest steers the running turn with new text, or with a queued
-// message by its ID: one of the two.
-type SteerRequest struct {
-	Text            string `json:"text,omitempty"`
-	QueuedMessageID string `json:"queuedMessageId,omitempty"`
-	RequestID       string `json:"requestId,omitempty"`
-}
-
-// RequestBody carries only a request ID; the body may be empty.
-type RequestBody struct {
-	RequestID string `json:"requestId,omitempty"`
-}
-
-// RejectRequest rejects a tool call with a message the model sees.
-type RejectRequest struct {
-	Message   string `json:"message,omitempty"`
-	RequestID string `json:"requestId,omitempty"`
-}
-
-// AnswerRequest answers a question.
-type AnswerRequest struct {
-	Answer    string `json:"answer"`
-	RequestID string `json:"requestId,omitempty"`
-}
-
-// ExecutePlanRequest approves a plan revision.
-type ExecutePlanRequest struct {
-	Revision  int    `json:"revision"`
-	RequestID string `json:"requestId,omitempty"`
-}
-
-// SettingsRequest replaces the session settings.
-type SettingsRequest struct {
-	Settings  sessions.SessionSettings `json:"settings"`
-	RequestID string                   `json:"requestId,omitempty"`
-}
 
 // optionalBody decodes a body that may be empty.
 func (c *call) optionalBody(v any) error {
@@ -91,11 +21,11 @@ func accepted(ok bool, err error) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Accepted{Accepted: ok}, nil
+	return gatewayapi.Accepted{Accepted: ok}, nil
 }
 
 func (s *Server) start(c *call) (any, error) {
-	var req StartRequest
+	var req gatewayapi.StartRequest
 	if err := c.optionalBody(&req); err != nil {
 		return nil, err
 	}
@@ -110,7 +40,7 @@ func (s *Server) start(c *call) (any, error) {
 }
 
 func (s *Server) send(c *call) (any, error) {
-	var req SendRequest
+	var req gatewayapi.SendRequest
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
@@ -135,7 +65,7 @@ func requestID(id string) []sessions.RequestOption {
 }
 
 func (s *Server) steer(c *call) (any, error) {
-	var req SteerRequest
+	var req gatewayapi.SteerRequest
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
@@ -152,7 +82,7 @@ func (s *Server) steer(c *call) (any, error) {
 // its path names, with an optional body carrying only a request ID.
 func onPathID(pathName string, method func(*sessions.Sessions, context.Context, string, string, ...sessions.RequestOption) (bool, error)) func(*call) (any, error) {
 	return func(c *call) (any, error) {
-		var req RequestBody
+		var req gatewayapi.RequestBody
 		if err := c.optionalBody(&req); err != nil {
 			return nil, err
 		}
@@ -161,7 +91,7 @@ func onPathID(pathName string, method func(*sessions.Sessions, context.Context, 
 }
 
 func (s *Server) reject(c *call) (any, error) {
-	var req RejectRequest
+	var req gatewayapi.RejectRequest
 	if err := c.optionalBody(&req); err != nil {
 		return nil, err
 	}
@@ -169,7 +99,7 @@ func (s *Server) reject(c *call) (any, error) {
 }
 
 func (s *Server) answer(c *call) (any, error) {
-	var req AnswerRequest
+	var req gatewayapi.AnswerRequest
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
@@ -177,7 +107,7 @@ func (s *Server) answer(c *call) (any, error) {
 }
 
 func (s *Server) executePlan(c *call) (any, error) {
-	var req ExecutePlanRequest
+	var req gatewayapi.ExecutePlanRequest
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
@@ -188,7 +118,7 @@ func (s *Server) executePlan(c *call) (any, error) {
 }
 
 func (s *Server) updateSettings(c *call) (any, error) {
-	var req SettingsRequest
+	var req gatewayapi.SettingsRequest
 	if err := c.decode(&req); err != nil {
 		return nil, err
 	}
@@ -198,22 +128,10 @@ func (s *Server) updateSettings(c *call) (any, error) {
 	return accepted(c.sessions.UpdateSettings(c.ctx, c.sessionID, req.Settings, requestID(req.RequestID)...))
 }
 
-// SnapshotResponse is a session's snapshot with the resume token that opens
-// its event stream: while a turn runs, the token replays that turn's
-// events, so a page rebuilds its live text.
-type SnapshotResponse struct {
-	Snapshot sessions.Snapshot `json:"snapshot"`
-	// ResumeToken is empty when the gateway has no event hub.
-	ResumeToken string `json:"resumeToken,omitempty"`
-	// ActiveSteps are the Steps of the Agent's session Flow graph the
-	// session is in, sorted; empty while it waits for a message.
-	ActiveSteps []string `json:"activeSteps"`
-}
-
 func (s *Server) snapshot(c *call) (any, error) {
 	if s.opts.Hub == nil {
 		snap, err := c.sessions.Snapshot(c.ctx, c.sessionID)
-		return SnapshotResponse{Snapshot: snap, ActiveSteps: nonNil(c.activeSteps)}, err
+		return gatewayapi.SnapshotResponse{Snapshot: snap, ActiveSteps: nonNil(c.activeSteps)}, err
 	}
 	key := c.hubKey()
 	// The position is read before the snapshot, so no event after the
@@ -235,7 +153,7 @@ func (s *Server) snapshot(c *call) (any, error) {
 		}
 		token = turn.TurnStart
 	}
-	return SnapshotResponse{Snapshot: snap, ResumeToken: token, ActiveSteps: nonNil(c.activeSteps)}, nil
+	return gatewayapi.SnapshotResponse{Snapshot: snap, ResumeToken: token, ActiveSteps: nonNil(c.activeSteps)}, nil
 }
 
 // nonNil keeps an empty list a JSON array, which a page iterates without a

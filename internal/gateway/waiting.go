@@ -9,17 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/session"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
-)
-
-// WaitingPath lists sessions waiting for a person across the caller's
-// Agents; NamespaceWaitingPath across those of one namespace.
-const (
-	WaitingPath          = "/api/v1/waiting"
-	NamespaceWaitingPath = "/api/v1/namespaces/{namespace}/waiting"
 )
 
 // Bounds of a waiting search: one answer stays small enough for a page to
@@ -29,35 +22,6 @@ const (
 	MaxWaitingLimit     = 500
 	waitingSearches     = 8
 )
-
-// WaitingResponse lists the sessions waiting in the searched Steps, newest
-// first, of every Agent the caller may read sessions of.
-type WaitingResponse struct {
-	Sessions []WaitingSession `json:"sessions"`
-	// Truncated reports sessions left out by the limit.
-	Truncated bool `json:"truncated,omitempty"`
-	// Unavailable are the Agents, readable by the caller, whose sessions
-	// could not be searched; the list holds the others' sessions.
-	Unavailable []UnavailableAgent `json:"unavailable,omitempty"`
-}
-
-// WaitingSession is one session waiting in a searched Step.
-type WaitingSession struct {
-	Namespace string    `json:"namespace"`
-	Agent     string    `json:"agent"`
-	SessionID string    `json:"sessionId"`
-	Steps     []string  `json:"steps"`
-	StartTime time.Time `json:"startTime"`
-}
-
-// UnavailableAgent is an Agent whose sessions could not be searched, with
-// the reason an ErrorBody would carry.
-type UnavailableAgent struct {
-	Namespace string `json:"namespace"`
-	Agent     string `json:"agent"`
-	Reason    string `json:"reason"`
-	Message   string `json:"message"`
-}
 
 // waitingRequest is a parsed waiting search.
 type waitingRequest struct {
@@ -116,7 +80,7 @@ func (s *Server) waiting(w http.ResponseWriter, r *http.Request) {
 	}
 	var (
 		mu   sync.Mutex
-		resp = WaitingResponse{Sessions: []WaitingSession{}}
+		resp = gatewayapi.WaitingResponse{Sessions: []gatewayapi.WaitingSession{}}
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, waitingSearches)
 	)
@@ -140,21 +104,21 @@ func (s *Server) waiting(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	wg.Wait()
-	slices.SortFunc(resp.Sessions, func(a, b WaitingSession) int {
+	slices.SortFunc(resp.Sessions, func(a, b gatewayapi.WaitingSession) int {
 		return cmp.Or(b.StartTime.Compare(a.StartTime), cmp.Compare(a.Namespace, b.Namespace),
 			cmp.Compare(a.Agent, b.Agent), cmp.Compare(a.SessionID, b.SessionID))
 	})
 	if len(resp.Sessions) > req.limit {
 		resp.Sessions, resp.Truncated = resp.Sessions[:req.limit], true
 	}
-	slices.SortFunc(resp.Unavailable, func(a, b UnavailableAgent) int {
+	slices.SortFunc(resp.Unavailable, func(a, b gatewayapi.UnavailableAgent) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Agent, b.Agent))
 	})
 	writeJSON(w, http.StatusOK, resp)
 }
 
 // waitingOf searches one Agent's sessions, if the caller may read them.
-func (s *Server) waitingOf(ctx context.Context, r *http.Request, ref AgentRef, req waitingRequest) ([]WaitingSession, bool, error) {
+func (s *Server) waitingOf(ctx context.Context, r *http.Request, ref AgentRef, req waitingRequest) ([]gatewayapi.WaitingSession, bool, error) {
 	if err := s.opts.Authorizer.Authorize(ctx, r, ref, VerbGet); err != nil {
 		return nil, false, err
 	}
@@ -167,17 +131,17 @@ func (s *Server) waitingOf(ctx context.Context, r *http.Request, ref AgentRef, r
 	if err != nil {
 		return nil, false, err
 	}
-	out := make([]WaitingSession, len(found))
+	out := make([]gatewayapi.WaitingSession, len(found))
 	for i, f := range found {
-		out[i] = WaitingSession{Namespace: ref.Namespace, Agent: ref.Name, SessionID: f.SessionID, Steps: f.Steps, StartTime: f.StartTime}
+		out[i] = gatewayapi.WaitingSession{Namespace: ref.Namespace, Agent: ref.Name, SessionID: f.SessionID, Steps: f.Steps, StartTime: f.StartTime}
 	}
 	return out, more, nil
 }
 
 // unavailable describes why an Agent was not searched; an engine's own
 // error is logged, not shown, as fail does.
-func (s *Server) unavailable(r *http.Request, ref AgentRef, err error) UnavailableAgent {
-	u := UnavailableAgent{Namespace: ref.Namespace, Agent: ref.Name}
+func (s *Server) unavailable(r *http.Request, ref AgentRef, err error) gatewayapi.UnavailableAgent {
+	u := gatewayapi.UnavailableAgent{Namespace: ref.Namespace, Agent: ref.Name}
 	var he *httpError
 	switch {
 	case errors.As(err, &he):

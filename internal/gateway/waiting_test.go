@@ -8,18 +8,18 @@ import (
 	"time"
 
 	"github.com/stepwise-run/stepwise/internal/enginetest"
-	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
-func waiting(t *testing.T, f *fixture, path, token string) (gateway.WaitingResponse, int) {
+func waiting(t *testing.T, f *fixture, path, token string) (gatewayapi.WaitingResponse, int) {
 	t.Helper()
-	var resp gateway.WaitingResponse
+	var resp gatewayapi.WaitingResponse
 	status := call(t, http.MethodGet, f.gateway+path, token, nil, &resp)
 	return resp, status
 }
 
-func sessionIDs(resp gateway.WaitingResponse) []string {
+func sessionIDs(resp gatewayapi.WaitingResponse) []string {
 	var ids []string
 	for _, s := range resp.Sessions {
 		ids = append(ids, s.Namespace+"/"+s.Agent+"/"+s.SessionID)
@@ -29,14 +29,14 @@ func sessionIDs(resp gateway.WaitingResponse) []string {
 
 func TestWaitingSessionsAcrossAgentsShowOnlyWhatTheCallerMayRead(t *testing.T) {
 	f := start(t)
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-waits-1"), gateway.StartRequest{Message: "tools: write_approved"})
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-waits-2"), gateway.StartRequest{Message: "tools: write_approved"})
-	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-idle"), gateway.StartRequest{})
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-waits-1"), gatewayapi.StartRequest{Message: "tools: write_approved"})
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-waits-2"), gatewayapi.StartRequest{Message: "tools: write_approved"})
+	mustAccept(t, http.MethodPost, sessionURL(f, support, "s-idle"), gatewayapi.StartRequest{})
 
-	var all gateway.WaitingResponse
+	var all gatewayapi.WaitingResponse
 	enginetest.Eventually(t, 30*time.Second, "two sessions waiting for approval", func() (bool, error) {
 		var status int
-		all, status = waiting(t, f, gateway.WaitingPath, operatorToken)
+		all, status = waiting(t, f, gatewayapi.WaitingPath, operatorToken)
 		return status == http.StatusOK && len(all.Sessions) == 2, fmt.Errorf("status %d: %+v", status, all)
 	})
 	// Newest first, each with the Step it waits in.
@@ -61,16 +61,16 @@ func TestWaitingSessionsAcrossAgentsShowOnlyWhatTheCallerMayRead(t *testing.T) {
 		sessions          int
 		unavailable       int
 	}{
-		{"a reader of one Agent sees its sessions and nothing of the others", gateway.WaitingPath, readerToken, 200, 2, 0},
+		{"a reader of one Agent sees its sessions and nothing of the others", gatewayapi.WaitingPath, readerToken, 200, 2, 0},
 		{"a namespace's search", "/api/v1/namespaces/team-a/waiting", readerToken, 200, 2, 0},
-		{"another namespace's token sees none, and no sign of team-a", gateway.WaitingPath, otherNSToken, 200, 0, 0},
+		{"another namespace's token sees none, and no sign of team-a", gatewayapi.WaitingPath, otherNSToken, 200, 0, 0},
 		{"a search of a namespace the token does not reach", "/api/v1/namespaces/team-a/waiting", otherNSToken, 200, 0, 0},
-		{"the limit truncates", gateway.WaitingPath + "?limit=1", readerToken, 200, 1, 0},
-		{"a Step nobody waits in", gateway.WaitingPath + "?step=AwaitQuestionAnswer", readerToken, 200, 0, 0},
-		{"no token", gateway.WaitingPath, "", 401, 0, 0},
-		{"an unknown token", gateway.WaitingPath, "not-a-known-token-0123456789abcdef", 401, 0, 0},
-		{"a Step that is not one", gateway.WaitingPath + "?step=Nap", readerToken, 400, 0, 0},
-		{"a limit out of range", gateway.WaitingPath + "?limit=501", readerToken, 400, 0, 0},
+		{"the limit truncates", gatewayapi.WaitingPath + "?limit=1", readerToken, 200, 1, 0},
+		{"a Step nobody waits in", gatewayapi.WaitingPath + "?step=AwaitQuestionAnswer", readerToken, 200, 0, 0},
+		{"no token", gatewayapi.WaitingPath, "", 401, 0, 0},
+		{"an unknown token", gatewayapi.WaitingPath, "not-a-known-token-0123456789abcdef", 401, 0, 0},
+		{"a Step that is not one", gatewayapi.WaitingPath + "?step=Nap", readerToken, 400, 0, 0},
+		{"a limit out of range", gatewayapi.WaitingPath + "?limit=501", readerToken, 400, 0, 0},
 		{"a namespace that is not a name", "/api/v1/namespaces/Team_A/waiting", readerToken, 400, 0, 0},
 	}
 	for _, tc := range cases {

@@ -20,7 +20,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
 
@@ -39,48 +39,48 @@ func joined(args []string) string { return strings.Join(args, " ") }
 // the request.
 var commands = map[string]command{
 	"start": {"[message]", 0, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "", gateway.StartRequest{Message: joined(a), RequestID: p.requestID()}, nil
+		return http.MethodPost, "", gatewayapi.StartRequest{Message: joined(a), RequestID: p.requestID()}, nil
 	}},
 	"send": {"<message>", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/messages", gateway.SendRequest{Text: joined(a), RequestID: p.requestID()}, nil
+		return http.MethodPost, "/messages", gatewayapi.SendRequest{Text: joined(a), RequestID: p.requestID()}, nil
 	}},
 	"plan": {"<message>", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/messages", gateway.SendRequest{Text: joined(a), PlanMode: true, RequestID: p.requestID()}, nil
+		return http.MethodPost, "/messages", gatewayapi.SendRequest{Text: joined(a), PlanMode: true, RequestID: p.requestID()}, nil
 	}},
 	"steer": {"<message>", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/steer", gateway.SteerRequest{Text: joined(a), RequestID: p.requestID()}, nil
+		return http.MethodPost, "/steer", gatewayapi.SteerRequest{Text: joined(a), RequestID: p.requestID()}, nil
 	}},
 	"steer-queued": {"<message-id>", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/steer", gateway.SteerRequest{QueuedMessageID: a[0], RequestID: p.requestID()}, nil
+		return http.MethodPost, "/steer", gatewayapi.SteerRequest{QueuedMessageID: a[0], RequestID: p.requestID()}, nil
 	}},
 	"delete-queued": {"<message-id>", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodDelete, "/queued/" + url.PathEscape(a[0]), gateway.RequestBody{RequestID: p.requestID()}, nil
+		return http.MethodDelete, "/queued/" + url.PathEscape(a[0]), gatewayapi.RequestBody{RequestID: p.requestID()}, nil
 	}},
 	"approve": {"<interrupt>", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/interrupts/" + url.PathEscape(a[0]) + "/approve", gateway.RequestBody{RequestID: p.requestID()}, nil
+		return http.MethodPost, "/interrupts/" + url.PathEscape(a[0]) + "/approve", gatewayapi.RequestBody{RequestID: p.requestID()}, nil
 	}},
 	"reject": {"<interrupt> [why]", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/interrupts/" + url.PathEscape(a[0]) + "/reject", gateway.RejectRequest{Message: joined(a[1:]), RequestID: p.requestID()}, nil
+		return http.MethodPost, "/interrupts/" + url.PathEscape(a[0]) + "/reject", gatewayapi.RejectRequest{Message: joined(a[1:]), RequestID: p.requestID()}, nil
 	}},
 	"answer": {"<interrupt> <answer>", 2, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/interrupts/" + url.PathEscape(a[0]) + "/answer", gateway.AnswerRequest{Answer: joined(a[1:]), RequestID: p.requestID()}, nil
+		return http.MethodPost, "/interrupts/" + url.PathEscape(a[0]) + "/answer", gatewayapi.AnswerRequest{Answer: joined(a[1:]), RequestID: p.requestID()}, nil
 	}},
 	"cancel": {"<turn>", 1, func(p *plugin, a []string) (string, string, any, error) {
-		return http.MethodPost, "/turns/" + url.PathEscape(a[0]) + "/cancel", gateway.RequestBody{RequestID: p.requestID()}, nil
+		return http.MethodPost, "/turns/" + url.PathEscape(a[0]) + "/cancel", gatewayapi.RequestBody{RequestID: p.requestID()}, nil
 	}},
 	"execute-plan": {"<revision>", 1, func(p *plugin, a []string) (string, string, any, error) {
 		revision, err := strconv.Atoi(a[0])
 		if err != nil || revision < 1 {
 			return "", "", nil, fmt.Errorf("revision must be a plan revision number, not %q", a[0])
 		}
-		return http.MethodPost, "/plan/execute", gateway.ExecutePlanRequest{Revision: revision, RequestID: p.requestID()}, nil
+		return http.MethodPost, "/plan/execute", gatewayapi.ExecutePlanRequest{Revision: revision, RequestID: p.requestID()}, nil
 	}},
 	"settings": {"<json>", 1, func(p *plugin, a []string) (string, string, any, error) {
 		var settings sessions.SessionSettings
 		if err := json.Unmarshal([]byte(joined(a)), &settings); err != nil || settings == nil {
 			return "", "", nil, errors.New(`settings must be a JSON object such as {"model":"large"}`)
 		}
-		return http.MethodPut, "/settings", gateway.SettingsRequest{Settings: settings, RequestID: p.requestID()}, nil
+		return http.MethodPut, "/settings", gatewayapi.SettingsRequest{Settings: settings, RequestID: p.requestID()}, nil
 	}},
 }
 
@@ -126,7 +126,7 @@ func (p *plugin) run(ctx context.Context, args []string, out io.Writer) (int, er
 		return 0, err
 	}
 	if status == http.StatusAccepted {
-		var pending gateway.Pending
+		var pending gatewayapi.Pending
 		if err := json.Unmarshal(raw, &pending); err != nil {
 			return 0, fmt.Errorf("the gateway's answer is not the JSON expected: %w", err)
 		}
@@ -135,7 +135,7 @@ func (p *plugin) run(ctx context.Context, args []string, out io.Writer) (int, er
 		}
 		return exitPending, fmt.Errorf("%s\nrun the same command with --request-id %s to learn its outcome", printable(pending.Message), printable(pending.RequestID))
 	}
-	var answer gateway.Accepted
+	var answer gatewayapi.Accepted
 	if err := json.Unmarshal(raw, &answer); err != nil {
 		return 0, fmt.Errorf("the gateway's answer is not the JSON expected: %w", err)
 	}
@@ -184,7 +184,7 @@ func (p *plugin) do(ctx context.Context, method, path string, body, out any) (in
 		return 0, fmt.Errorf("reading the gateway's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
-		var refusal gateway.ErrorBody
+		var refusal gatewayapi.ErrorBody
 		if json.Unmarshal(raw, &refusal) != nil || refusal.Reason == "" {
 			return 0, fmt.Errorf("the gateway answered %s: %.200s", printable(resp.Status), printable(string(raw)))
 		}
@@ -237,7 +237,7 @@ func (p *plugin) print(out io.Writer, v any, table string) error {
 }
 
 func (p *plugin) get(ctx context.Context, agent, session string, out io.Writer) error {
-	var resp gateway.SnapshotResponse
+	var resp gatewayapi.SnapshotResponse
 	if _, err := p.do(ctx, http.MethodGet, p.sessionPath(agent, session)+"/snapshot", nil, &resp); err != nil {
 		return err
 	}
@@ -303,10 +303,10 @@ func (p *plugin) messages(ctx context.Context, agent, session string, args []str
 func (p *plugin) waiting(ctx context.Context, out io.Writer) error {
 	path := "/api/v1/namespaces/" + url.PathEscape(p.namespace) + "/waiting"
 	if p.o.allNamespaces {
-		path = gateway.WaitingPath
+		path = gatewayapi.WaitingPath
 	}
 	query := url.Values{"step": p.o.steps}
-	var resp gateway.WaitingResponse
+	var resp gatewayapi.WaitingResponse
 	if _, err := p.do(ctx, http.MethodGet, path+"?"+query.Encode(), nil, &resp); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/browsertest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
 	"github.com/stepwise-run/stepwise/internal/render"
 )
@@ -78,7 +79,7 @@ func gatewayOnPods(t *testing.T) {
 	base := "http://" + readyPodIP(t, operatorNamespace, "app.kubernetes.io/component=gateway") + ":8080"
 	session := base + "/api/v1/namespaces/default/agents/support/sessions/gateway-e2e"
 
-	var refusal gateway.ErrorBody
+	var refusal gatewayapi.ErrorBody
 	// The gateway takes tokens of its own audience only: the operator's
 	// token for the API server, which the gateway could replay there, is
 	// refused.
@@ -86,20 +87,20 @@ func gatewayOnPods(t *testing.T) {
 		!strings.Contains(refusal.Message, gateway.DefaultAudience) {
 		t.Fatalf("a token for the API server answered %d %+v, want 401 naming the gateway's audience", status, refusal)
 	}
-	if status := gatewayCall(t, http.MethodPost, session, reader, gateway.StartRequest{Message: "hi"}, &refusal); status != http.StatusForbidden {
+	if status := gatewayCall(t, http.MethodPost, session, reader, gatewayapi.StartRequest{Message: "hi"}, &refusal); status != http.StatusForbidden {
 		t.Fatalf("a reader's start answered %d %+v, want 403", status, refusal)
 	}
 	if status := gatewayCall(t, http.MethodGet, session+"/snapshot", "", nil, &refusal); status != http.StatusUnauthorized {
 		t.Fatalf("a snapshot without a token answered %d, want 401", status)
 	}
-	var accepted gateway.Accepted
-	if status := gatewayCall(t, http.MethodPost, session, operator, gateway.StartRequest{Message: "Please refund order 8"}, &accepted); status != http.StatusOK || !accepted.Accepted {
+	var accepted gatewayapi.Accepted
+	if status := gatewayCall(t, http.MethodPost, session, operator, gatewayapi.StartRequest{Message: "Please refund order 8"}, &accepted); status != http.StatusOK || !accepted.Accepted {
 		t.Fatalf("start answered %d %+v", status, accepted)
 	}
 
-	var snap gateway.SnapshotResponse
+	var snap gatewayapi.SnapshotResponse
 	waitFor(t, "the session to wait for approval through the gateway", func() (bool, error) {
-		snap = gateway.SnapshotResponse{}
+		snap = gatewayapi.SnapshotResponse{}
 		status := gatewayCall(t, http.MethodGet, session+"/snapshot", reader, nil, &snap)
 		return status == http.StatusOK && len(snap.Snapshot.PendingInterrupts) == 1, nil
 	})
@@ -133,7 +134,7 @@ func gatewayOnPods(t *testing.T) {
 		t.Fatalf("the event stream showed %v; want the replayed interrupt_raised and the turn's turn_completed", seen)
 	}
 	waitFor(t, "the reply through the gateway", func() (bool, error) {
-		snap = gateway.SnapshotResponse{}
+		snap = gatewayapi.SnapshotResponse{}
 		if gatewayCall(t, http.MethodGet, session+"/snapshot", reader, nil, &snap) != http.StatusOK {
 			return false, nil
 		}
@@ -320,10 +321,10 @@ func pluginAndApplicationTokens(t *testing.T, base, operator, reader, interrupt 
 	const appToken = "3f1d0c5e9a7b4c2d8e6f1a3b5c7d9e0f2a4b6c8d"
 	session := base + "/api/v1/namespaces/default/agents/support/sessions/gateway-e2e"
 	waitFor(t, "the gateway to take the application token", func() (bool, error) {
-		var snap gateway.SnapshotResponse
+		var snap gatewayapi.SnapshotResponse
 		return gatewayCall(t, http.MethodGet, session+"/snapshot", appToken, nil, &snap) == http.StatusOK, nil
 	})
-	var refusal gateway.ErrorBody
+	var refusal gatewayapi.ErrorBody
 	if status := gatewayCall(t, http.MethodPost, session+"/interrupts/"+interrupt+"/approve", appToken, nil, &refusal); status != http.StatusForbidden ||
 		!strings.Contains(refusal.Message, "Secret default/support-dashboard") {
 		t.Fatalf("an approval with the read-only application token answered %d %+v, want 403", status, refusal)

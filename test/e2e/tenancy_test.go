@@ -25,6 +25,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
@@ -141,9 +142,9 @@ spec:
 
 	// team-a's sessions: one waits for approval, one has ended its turn.
 	for _, id := range []string{"s-1", "a-only"} {
-		var accepted gateway.Accepted
+		var accepted gatewayapi.Accepted
 		if status := gatewayCall(t, http.MethodPost, sessionURL("team-a", "billing", id), tokenA,
-			gateway.StartRequest{Message: `call slow_export {"seconds":1}`}, &accepted); status != http.StatusOK || !accepted.Accepted {
+			gatewayapi.StartRequest{Message: `call slow_export {"seconds":1}`}, &accepted); status != http.StatusOK || !accepted.Accepted {
 			t.Fatalf("team-a's start of %s answered %d %+v", id, status, accepted)
 		}
 	}
@@ -157,11 +158,11 @@ spec:
 	}{
 		{http.MethodGet, "/snapshot", nil},
 		{http.MethodGet, "/messages", nil},
-		{http.MethodPost, "/messages", gateway.SendRequest{Text: "hello"}},
+		{http.MethodPost, "/messages", gatewayapi.SendRequest{Text: "hello"}},
 		{http.MethodPost, "/interrupts/" + onlyA + "/approve", nil},
-		{http.MethodPost, "/steer", gateway.SteerRequest{Text: "stop"}},
+		{http.MethodPost, "/steer", gatewayapi.SteerRequest{Text: "stop"}},
 	} {
-		var foreign, missing gateway.ErrorBody
+		var foreign, missing gatewayapi.ErrorBody
 		status := gatewayCall(t, c.method, sessionURL("team-b", "billing", "a-only")+c.path, tokenB, c.body, &foreign)
 		never := gatewayCall(t, c.method, sessionURL("team-b", "billing", "never-1")+c.path, tokenB, c.body, &missing)
 		if status != http.StatusNotFound || never != http.StatusNotFound || foreign.Reason != missing.Reason ||
@@ -171,13 +172,13 @@ spec:
 		}
 		seen.add("gateway "+c.method+" "+c.path, foreign.Message)
 		// And the Agent of team-a itself is not team-b's to call.
-		var refusal gateway.ErrorBody
+		var refusal gatewayapi.ErrorBody
 		if status := gatewayCall(t, c.method, sessionURL("team-a", "billing", "a-only")+c.path, tokenB, c.body, &refusal); status != http.StatusForbidden {
 			t.Errorf("team-b calling team-a's Agent answered %d %+v, want 403", status, refusal)
 		}
 	}
 	for _, path := range []string{"/api/v1/waiting", "/api/v1/namespaces/team-b/waiting"} {
-		var listed gateway.WaitingResponse
+		var listed gatewayapi.WaitingResponse
 		if status := gatewayCall(t, http.MethodGet, base+path, tokenB, nil, &listed); status != http.StatusOK {
 			t.Fatalf("team-b's %s answered %d", path, status)
 		}
@@ -230,9 +231,9 @@ spec:
 	}
 
 	t.Log("team-b starts session s-1, which team-a also has, as its own")
-	var accepted gateway.Accepted
+	var accepted gatewayapi.Accepted
 	if status := gatewayCall(t, http.MethodPost, sessionURL("team-b", "billing", "s-1"), tokenB,
-		gateway.StartRequest{Message: `call slow_export {"seconds":1}`}, &accepted); status != http.StatusOK || !accepted.Accepted {
+		gatewayapi.StartRequest{Message: `call slow_export {"seconds":1}`}, &accepted); status != http.StatusOK || !accepted.Accepted {
 		t.Fatalf("team-b's start of s-1 answered %d %+v", status, accepted)
 	}
 	interruptB := pendingInterrupt(t, sessionURL("team-b", "billing", "s-1"), tokenB)
@@ -338,8 +339,8 @@ stringData: {api-key: key-of-team-b-admin}
 	for _, c := range exfil.Status.Conditions {
 		seen.add("condition exfil "+c.Type, c.Message)
 	}
-	var refusal gateway.ErrorBody
-	if status := gatewayCall(t, http.MethodPost, sessionURL("team-b", "exfil", "x-1"), tokenB, gateway.StartRequest{Message: "hi"}, &refusal); status != http.StatusServiceUnavailable {
+	var refusal gatewayapi.ErrorBody
+	if status := gatewayCall(t, http.MethodPost, sessionURL("team-b", "exfil", "x-1"), tokenB, gatewayapi.StartRequest{Message: "hi"}, &refusal); status != http.StatusServiceUnavailable {
 		t.Errorf("a start on the refused Agent answered %d %+v, want 503", status, refusal)
 	}
 	seen.add("gateway exfil", refusal.Message)
@@ -401,7 +402,7 @@ func pendingInterrupt(t *testing.T, session, token string) string {
 	t.Helper()
 	var id string
 	waitFor(t, "the session to wait for approval through the gateway", func() (bool, error) {
-		var snap gateway.SnapshotResponse
+		var snap gatewayapi.SnapshotResponse
 		if gatewayCall(t, http.MethodGet, session+"/snapshot", token, nil, &snap) != http.StatusOK || len(snap.Snapshot.PendingInterrupts) != 1 {
 			return false, nil
 		}
