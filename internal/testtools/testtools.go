@@ -12,8 +12,9 @@ import (
 	"testing"
 )
 
-// RequiredEnv, set to any value, makes a missing tool fail the test that
-// needs it instead of skipping it; `make test` and `make e2e` set it.
+// RequiredEnv names the variable that, set to any value, makes a missing
+// tool fail the test that needs it instead of skipping it; `make test` and
+// `make e2e` set it.
 const RequiredEnv = "STEPWISE_TEST_TOOLS_REQUIRED"
 
 // Tool is an external program or directory tests use, named by a variable.
