@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/media"
 	workers "github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/testtools"
@@ -430,11 +430,11 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 	expectRestricted(t, pod)
 	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-gateway"), gateway, 80, "http")
 
-	hub := get[appsv1.Deployment](t, objs, "Deployment/stepwise-event-hub")
-	hubPod := hub.Spec.Template.Spec
-	if *hub.Spec.Replicas != 1 || hub.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+	hubDeploy := get[appsv1.Deployment](t, objs, "Deployment/stepwise-event-hub")
+	hubPod := hubDeploy.Spec.Template.Spec
+	if *hubDeploy.Spec.Replicas != 1 || hubDeploy.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("the event hub runs %d replicas with strategy %q; one hub holds the events, so want 1 and Recreate",
-			*hub.Spec.Replicas, hub.Spec.Strategy.Type)
+			*hubDeploy.Spec.Replicas, hubDeploy.Spec.Strategy.Type)
 	}
 	if hubPod.AutomountServiceAccountToken == nil || *hubPod.AutomountServiceAccountToken {
 		t.Error("the event hub pod mounts an API token it never uses")
@@ -445,14 +445,14 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 		t.Errorf("event hub container = %s %q, want the gateway image with %q", hubPod.Containers[0].Image, got, hubArgs)
 	}
 	expectRestricted(t, hubPod)
-	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-event-hub"), hub, 8090, "hub")
+	expectSelects(t, get[corev1.Service](t, objs, "Service/stepwise-event-hub"), hubDeploy, 8090, "hub")
 
 	keys := get[corev1.Secret](t, objs, "Secret/stepwise-event-hub-publish-keys")
-	if _, err := hubapi.ParsePublishKeys(keys.Data["keys"]); err != nil {
+	if _, err := hub.ParsePublishKeys(keys.Data["keys"]); err != nil {
 		t.Errorf("the generated publish keys: %v", err)
 	}
 	tokens := get[corev1.Secret](t, objs, "Secret/stepwise-event-hub-read-tokens")
-	if _, err := hubapi.ParseReadTokens(tokens.Data["tokens"]); err != nil {
+	if _, err := hub.ParseReadTokens(tokens.Data["tokens"]); err != nil {
 		t.Errorf("the generated read tokens: %v", err)
 	}
 	// Each pod mounts only the credential it needs: the gateway, the most
@@ -460,7 +460,7 @@ func TestDefaultRenderRunsTheGatewayAndTheEventHub(t *testing.T) {
 	operator := get[appsv1.Deployment](t, objs, "Deployment/stepwise")
 	expectCredentials(t, operator, "stepwise-event-hub-publish-keys")
 	expectCredentials(t, gateway, "stepwise-event-hub-read-tokens")
-	expectCredentials(t, hub, "stepwise-event-hub-publish-keys", "stepwise-event-hub-read-tokens")
+	expectCredentials(t, hubDeploy, "stepwise-event-hub-publish-keys", "stepwise-event-hub-read-tokens")
 }
 
 // expectCredentials checks that a Deployment mounts exactly these event

@@ -61,17 +61,17 @@ func run(logger *slog.Logger) error {
 	flag.Parse()
 
 	var (
-		readTokens  *hubapi.FileSource[*hubapi.ReadTokens]
-		publishKeys *hubapi.FileSource[*hubapi.PublishKeys]
+		readTokens  *hub.FileSource[*hub.ReadTokens]
+		publishKeys *hub.FileSource[*hub.PublishKeys]
 		err         error
 	)
 	if hubListen != "" || hubURL != "" {
-		if readTokens, err = loadCredential(logger, "--hub-read-tokens-file", readTokensFile, hubapi.ParseReadTokens); err != nil {
+		if readTokens, err = loadCredential(logger, "--hub-read-tokens-file", readTokensFile, hub.ParseReadTokens); err != nil {
 			return err
 		}
 	}
 	if hubListen != "" {
-		if publishKeys, err = loadCredential(logger, "--hub-publish-keys-file", publishKeysFile, hubapi.ParsePublishKeys); err != nil {
+		if publishKeys, err = loadCredential(logger, "--hub-publish-keys-file", publishKeysFile, hub.ParsePublishKeys); err != nil {
 			return err
 		}
 	}
@@ -115,7 +115,7 @@ func run(logger *slog.Logger) error {
 
 // sessionAPI builds the session routes over the cluster's Agents.
 func sessionAPI(ctx context.Context, logger *slog.Logger, engineFlags *engineflags.Flags, audiences, grants, hubURL string,
-	readTokens *hubapi.FileSource[*hubapi.ReadTokens]) (http.Handler, func(), error) {
+	readTokens *hub.FileSource[*hub.ReadTokens]) (http.Handler, func(), error) {
 	var defaults render.Defaults
 	if err := engineFlags.Apply(&defaults); err != nil {
 		return nil, nil, err
@@ -203,11 +203,11 @@ func serve(ctx context.Context, logger *slog.Logger, servers map[string]served) 
 
 // loadCredential reads a credential file the flag names, and rereads it
 // while the process runs.
-func loadCredential[T any](logger *slog.Logger, flagName, path string, parse func([]byte) (T, error)) (*hubapi.FileSource[T], error) {
+func loadCredential[T any](logger *slog.Logger, flagName, path string, parse func([]byte) (T, error)) (*hub.FileSource[T], error) {
 	if path == "" {
 		return nil, fmt.Errorf("%s is required with --hub-listen or --hub-url", flagName)
 	}
-	src, err := hubapi.LoadFile(path, parse)
+	src, err := hub.LoadFile(path, parse)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flagName, err)
 	}

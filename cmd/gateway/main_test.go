@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/hub"
 )
 
 func TestLocalURLReachesTheHubOfThisProcess(t *testing.T) {
@@ -45,7 +45,7 @@ func TestCredentialFilesAreRequiredAndChecked(t *testing.T) {
 		short:                         short,
 		long:                          "",
 	} {
-		_, err := loadCredential(logger, "--hub-read-tokens-file", path, hubapi.ParseReadTokens)
+		_, err := loadCredential(logger, "--hub-read-tokens-file", path, hub.ParseReadTokens)
 		switch {
 		case wantErr == "" && err != nil:
 			t.Errorf("loadCredential(%q) = %v", path, err)

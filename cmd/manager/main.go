@@ -20,7 +20,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/engineflags"
-	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -73,7 +73,7 @@ func run() error {
 		"http://host:port of the event hub every Agent's workers publish session events to, for the gateway; empty keeps events in the workers.")
 	flag.StringVar(&hubKeys, "event-hub-publish-keys-file", "",
 		"File of the event hub's publish keys, one per line as ID:KEY, the signing key first; the operator signs each Agent's publish token with it. Required with --event-hub-url; read again while running.")
-	flag.DurationVar(&tokenLifetime, "event-hub-token-lifetime", hubapi.DefaultTokenLifetime,
+	flag.DurationVar(&tokenLifetime, "event-hub-token-lifetime", hub.DefaultTokenLifetime,
 		"How long an Agent's event hub publish token is valid; the operator renews it, rolling the Agent's workers, when a third is left.")
 	flag.StringVar(&gatewayGrants, "gateway-grants-configmap", "",
 		"A ConfigMap of --operator-namespace to publish the gateways' application tokens in, each by its SHA-256, so gateways read no Secret; empty publishes none.")
@@ -189,7 +189,7 @@ func eventHub(url, keysFile string, lifetime time.Duration) (*render.EventHub, e
 	if err := workerconfig.CheckHubURL(url); err != nil {
 		return nil, fmt.Errorf("--event-hub-url: %w", err)
 	}
-	keys, err := hubapi.LoadFile(keysFile, hubapi.ParsePublishKeys)
+	keys, err := hub.LoadFile(keysFile, hub.ParsePublishKeys)
 	if err != nil {
 		return nil, fmt.Errorf("--event-hub-publish-keys-file: %w", err)
 	}

@@ -18,7 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
+	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -179,7 +180,7 @@ func (r *AgentReconciler) reconcileNormal(ctx context.Context, agent *agentsv1.A
 		return blocker
 	}
 	pass.resolved = resolved
-	for _, claim := range claimsOf(resolved) {
+	for _, claim := range resolved.Claims() {
 		if err := r.checkFlowClaim(ctx, agent, claim); err != nil {
 			pass.lostClaim = claim.Label()
 			return err
@@ -363,23 +364,36 @@ func (r *AgentReconciler) checkOwnership(ctx context.Context, agent *agentsv1.Ag
 	return live, nil
 }
 
+// checkFlowClaim refuses an Agent when another Agent runs workers for the
+// same names on the same engine. The Agent that runs them keeps them,
+// whatever its age; when none does, the claim goes to the Agent that
+// reaches this check first, which is the first whose references all
+// resolve.
+func (r *AgentReconciler) checkFlowClaim(ctx context.Context, agent *agentsv1.Agent, claim flowclaim.Claim) error {
+	holder, held, err := flowclaim.Holder(ctx, r.Client, claim)
+	if err != nil || !held || holder == client.ObjectKeyFromObject(agent) {
+		return err
+	}
+	return &render.Blocker{Reason: agentsv1.ReasonFlowTypeConflict, Message: flowclaim.Refusal(agent, claim)}
+}
+
 // publishToken keeps the Agent's event hub publish token while it is
 // signed by the current key for this Agent and far from its expiry, and
 // signs a new one otherwise. It returns the Agent's live token Secret, or
 // the one in the way of it, which applyOwnedSecret deletes once the Agent
 // needs no token.
 func (r *AgentReconciler) publishToken(ctx context.Context, agent *agentsv1.Agent, resolved *render.Resolved, pass *agentPass) (*corev1.Secret, error) {
-	hub := resolved.EventHub
-	live, err := r.ownedSecret(ctx, agent, render.EventHubSecretName(agent.Name), hub != nil)
-	if err != nil || hub == nil {
+	eventHub := resolved.EventHub
+	live, err := r.ownedSecret(ctx, agent, render.EventHubSecretName(agent.Name), eventHub != nil)
+	if err != nil || eventHub == nil {
 		return live, err
 	}
 	var current string
 	if live != nil {
 		current = string(live.Data[render.EventHubTokenKey])
 	}
-	want := hubapi.PublishClaims{Namespace: agent.Namespace, Agent: agent.Name, AgentUID: string(agent.UID)}
-	resolved.EventHubToken, pass.renewTokenAt = hub.Keys().Renew(current, want, r.now(), hub.TokenLifetime)
+	want := hub.PublishClaims{Namespace: agent.Namespace, Agent: agent.Name, AgentUID: string(agent.UID)}
+	resolved.EventHubToken, pass.renewTokenAt = eventHub.Keys().Renew(current, want, r.now(), eventHub.TokenLifetime)
 	return live, nil
 }
 
@@ -561,7 +575,7 @@ func (r *AgentReconciler) keepScale(ctx context.Context, agent *agentsv1.Agent, 
 			return err
 		}
 		for _, d := range sets.all() {
-			if revoked || d.Labels[render.LabelFlowClaim] == pass.lostClaim || d.Labels[render.LabelSharedFlowClaim] == pass.lostClaim {
+			if revoked || d.Labels[flowclaim.LabelFlowClaim] == pass.lostClaim || d.Labels[flowclaim.LabelSharedFlowClaim] == pass.lostClaim {
 				if err := r.scaleDeployment(ctx, d, 0); err != nil {
 					return err
 				}
@@ -576,7 +590,7 @@ func (r *AgentReconciler) keepScale(ctx context.Context, agent *agentsv1.Agent, 
 		return r.applyOwnedSecret(ctx, nil, secret)
 	}
 	d := pass.deployment
-	if d == nil || (pass.lostClaim != "" && (d.Labels[render.LabelFlowClaim] == pass.lostClaim || d.Labels[render.LabelSharedFlowClaim] == pass.lostClaim)) {
+	if d == nil || (pass.lostClaim != "" && (d.Labels[flowclaim.LabelFlowClaim] == pass.lostClaim || d.Labels[flowclaim.LabelSharedFlowClaim] == pass.lostClaim)) {
 		return nil
 	}
 	return r.scaleDeployment(ctx, d, render.DesiredReplicas(agent))

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -139,7 +139,7 @@ var _ = Describe("Agent reconciler", func() {
 		claims, err := eventHubKeys.Check(publishToken, time.Now())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(claims).To(And(HaveField("Namespace", ns), HaveField("Agent", agent.Name), HaveField("AgentUID", string(agent.UID))))
-		Expect(claims.Expires).To(BeTemporally(">", time.Now().Add(hubapi.DefaultTokenLifetime-time.Hour)))
+		Expect(claims.Expires).To(BeTemporally(">", time.Now().Add(hub.DefaultTokenLifetime-time.Hour)))
 		Expect(metav1.IsControlledBy(tokenSecret, agent)).To(BeTrue())
 
 		By("reporting what it applied")

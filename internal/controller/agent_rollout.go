@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
@@ -166,7 +167,7 @@ func (r *AgentReconciler) readGate(ctx context.Context, agent *agentsv1.Agent, i
 // ran, or run, its sessions.
 func workerTaskQueues(agent *agentsv1.Agent, resolved *render.Resolved) []string {
 	queues := []string{tenancy.Tenant(agent.Namespace, agent.Spec.FlowType).TaskQueue()}
-	if resolved.Names.IsShared() || render.KeepsSharedNames(agent) {
+	if resolved.Names.IsShared() || flowclaim.KeepsSharedNames(agent) {
 		queues = append(queues, tenancy.Shared(agent.Spec.FlowType).TaskQueue())
 	}
 	return queues

@@ -14,6 +14,7 @@ import (
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
@@ -281,7 +282,7 @@ func workerDeploymentsOf(agent *agentsv1.Agent, resolved *render.Resolved) []str
 	own := resolved.Names.WorkerDeployment()
 	names := []string{own}
 	for _, n := range []tenancy.Names{tenancy.Tenant(agent.Namespace, agent.Spec.FlowType), tenancy.Shared(agent.Spec.FlowType)} {
-		if d := n.WorkerDeployment(); d != own && (!n.IsShared() || render.KeepsSharedNames(agent) || resolved.Names.IsShared()) {
+		if d := n.WorkerDeployment(); d != own && (!n.IsShared() || flowclaim.KeepsSharedNames(agent) || resolved.Names.IsShared()) {
 			names = append(names, d)
 		}
 	}

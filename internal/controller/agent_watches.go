@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/render"
 )
 
@@ -37,10 +38,10 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&agentsv1.ToolSource{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentToolSource))).
 		Watches(&agentsv1.MediaStore{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencing(indexAgentMediaStore))).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.agentsReferencingSecret)).
-		Watches(&appsv1.Deployment{}, onLabelChange(render.LabelFlowClaim, func(ctx context.Context, _ client.Object, claim string) []reconcile.Request {
+		Watches(&appsv1.Deployment{}, onLabelChange(flowclaim.LabelFlowClaim, func(ctx context.Context, _ client.Object, claim string) []reconcile.Request {
 			return r.claimRivals(ctx, claim)
 		})).
-		Watches(&appsv1.Deployment{}, onLabelChange(render.LabelSharedFlowClaim, func(ctx context.Context, _ client.Object, claim string) []reconcile.Request {
+		Watches(&appsv1.Deployment{}, onLabelChange(flowclaim.LabelSharedFlowClaim, func(ctx context.Context, _ client.Object, claim string) []reconcile.Request {
 			return r.claimRivals(ctx, claim)
 		})).
 		Watches(&agentsv1.ClusterEngine{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, ce client.Object) []reconcile.Request {

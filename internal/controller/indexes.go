@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
@@ -97,9 +98,9 @@ func statusClaims(agent *agentsv1.Agent) []string {
 	if id == "" {
 		return nil
 	}
-	claims := []string{render.FlowClaim(id, tenancy.Tenant(agent.Namespace, agent.Spec.FlowType))}
-	if render.KeepsSharedNames(agent) {
-		claims = append(claims, render.FlowClaim(id, tenancy.Shared(agent.Spec.FlowType)))
+	claims := []string{flowclaim.Claim{EngineID: id, Names: tenancy.Tenant(agent.Namespace, agent.Spec.FlowType)}.Label()}
+	if flowclaim.KeepsSharedNames(agent) {
+		claims = append(claims, flowclaim.Claim{EngineID: id, Names: tenancy.Shared(agent.Spec.FlowType)}.Label())
 	}
 	return claims
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/controller"
 	"github.com/stepwise-run/stepwise/internal/devserver"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
-	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/testtools"
 	"github.com/stepwise-run/stepwise/internal/version"
@@ -74,7 +74,7 @@ var operatorDefaults = render.Defaults{
 	WorkerImage:         stockWorkerImage,
 	WorkerEngineVersion: stockEngineVersion,
 	MediaHostPathRoots:  []string{mediaHostPathRoot},
-	EventHub:            &render.EventHub{URL: eventHubURL, Keys: func() *hubapi.PublishKeys { return eventHubKeys }},
+	EventHub:            &render.EventHub{URL: eventHubURL, Keys: func() *hub.PublishKeys { return eventHubKeys }},
 	WorkerNetworkPolicy: &render.WorkerNetworkPolicy{MetricsNamespace: "monitoring"},
 }
 
@@ -86,8 +86,8 @@ const gatewayGrants = "stepwise-gateway-grants"
 // workers in these tests.
 const eventHubURL = "http://stepwise-event-hub.stepwise-system.svc:8090"
 
-var eventHubKeys = func() *hubapi.PublishKeys {
-	keys, err := hubapi.ParsePublishKeys([]byte("k1:an event hub key of the controller tests, 32+ bytes"))
+var eventHubKeys = func() *hub.PublishKeys {
+	keys, err := hub.ParsePublishKeys([]byte("k1:an event hub key of the controller tests, 32+ bytes"))
 	if err != nil {
 		panic(err)
 	}

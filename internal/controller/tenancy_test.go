@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -149,7 +150,7 @@ var _ = Describe("Tenancy", func() {
 				d := workerDeployment(Default, agent)
 				own := tenancy.Tenant(agent.Namespace, "TenantAgent")
 				Expect(workerConfig(Default, d).Engine.TaskQueue).To(Equal(own.TaskQueue()))
-				Expect(d.Labels).To(HaveKeyWithValue(render.LabelFlowClaim, render.FlowClaim(engineID(), own)))
+				Expect(d.Labels).To(HaveKeyWithValue(flowclaim.LabelFlowClaim, flowclaim.Claim{EngineID: engineID(), Names: own}.Label()))
 				Expect(agent.Status.TaskQueue).To(Equal(own.TaskQueue()))
 			}
 		})
@@ -241,9 +242,9 @@ var _ = Describe("Tenancy", func() {
 			expectReady(attacker)
 			create(victim)
 			expectReady(victim)
-			claim := render.FlowClaim(engineID(), tenancy.Tenant(ns, "ForgedAgent"))
+			claim := flowclaim.Claim{EngineID: engineID(), Names: tenancy.Tenant(ns, "ForgedAgent")}.Label()
 			forge := func(namespace, name string, owner *agentsv1.Agent) {
-				labels := map[string]string{render.LabelFlowClaim: claim, render.LabelManagedBy: render.ManagedBy, "app": name}
+				labels := map[string]string{flowclaim.LabelFlowClaim: claim, render.LabelManagedBy: render.ManagedBy, "app": name}
 				create(&appsv1.Deployment{
 					ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels,
 						OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
@@ -309,8 +310,8 @@ var _ = Describe("Tenancy", func() {
 				cfg := workerConfig(g, d)
 				g.Expect(cfg.Engine.TaskQueue).To(Equal(own.TaskQueue()))
 				g.Expect(cfg.Engine.SharedTaskQueue).To(Equal(shared.TaskQueue()))
-				g.Expect(d.Labels).To(HaveKeyWithValue(render.LabelFlowClaim, render.FlowClaim(engineID(), own)))
-				g.Expect(d.Labels).To(HaveKeyWithValue(render.LabelSharedFlowClaim, render.FlowClaim(engineID(), shared)))
+				g.Expect(d.Labels).To(HaveKeyWithValue(flowclaim.LabelFlowClaim, flowclaim.Claim{EngineID: engineID(), Names: own}.Label()))
+				g.Expect(d.Labels).To(HaveKeyWithValue(flowclaim.LabelSharedFlowClaim, flowclaim.Claim{EngineID: engineID(), Names: shared}.Label()))
 			}).Should(Succeed())
 
 			By("waking the sessions left under the shared names, while new ones start under the Agent's own")
@@ -333,7 +334,7 @@ var _ = Describe("Tenancy", func() {
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
 				g.Expect(agent.Status.SharedTaskQueue).To(BeEmpty())
 				g.Expect(workerConfig(g, workerDeployment(g, agent)).Engine.SharedTaskQueue).To(BeEmpty())
-				g.Expect(workerDeployment(g, agent).Labels).NotTo(HaveKey(render.LabelSharedFlowClaim))
+				g.Expect(workerDeployment(g, agent).Labels).NotTo(HaveKey(flowclaim.LabelSharedFlowClaim))
 			}).Should(Succeed())
 		})
 	})

@@ -14,6 +14,8 @@ package flowclaim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,8 +27,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
+)
+
+// The labels that find a claim's holders. What a label says is checked
+// against the Agent that controls the Deployment, never believed alone.
+const (
+	// LabelFlowClaim marks an Agent's worker Deployment with the claim of
+	// the names its workers serve.
+	LabelFlowClaim = "agents.stepwise.run/flow-claim"
+	// LabelSharedFlowClaim marks a worker Deployment whose workers also
+	// serve the shared names, moving the Agent's sessions from them.
+	LabelSharedFlowClaim = "agents.stepwise.run/shared-flow-claim"
 )
 
 // Claimant is an Agent whose worker Deployment serves a Flow type claim.
@@ -58,8 +70,57 @@ type Claim struct {
 	Names    tenancy.Names
 }
 
-// Label is the claim's label value on the Deployments that serve it.
-func (c Claim) Label() string { return render.FlowClaim(c.EngineID, c.Names) }
+// Label is the claim's label value on the Deployments that serve it: at
+// most one Agent may run workers for it. The engine is named by its own
+// ID, so two addresses of one engine make one claim.
+func (c Claim) Label() string {
+	sum := sha256.Sum256([]byte(c.EngineID + "\x00" + c.Names.TaskQueue()))
+	return hex.EncodeToString(sum[:16])
+}
+
+// OfWorkers are the claims an Agent's workers make on an engine: its own
+// names there, and the shared names as well while the workers move the
+// Agent's sessions from them. The first is labeled LabelFlowClaim, the
+// second LabelSharedFlowClaim.
+func OfWorkers(engineID string, names tenancy.Names, servesShared bool) []Claim {
+	claims := []Claim{{EngineID: engineID, Names: names}}
+	if servesShared {
+		claims = append(claims, Claim{EngineID: engineID, Names: tenancy.Shared(names.FlowType)})
+	}
+	return claims
+}
+
+// Labels are the labels of a worker Deployment whose workers make claims,
+// as OfWorkers gives them.
+func Labels(claims []Claim) map[string]string {
+	labels := map[string]string{}
+	for i, key := range []string{LabelFlowClaim, LabelSharedFlowClaim} {
+		if i < len(claims) {
+			labels[key] = claims[i].Label()
+		}
+	}
+	return labels
+}
+
+// KeepsSharedNames says whether an Agent's sessions run under the shared
+// names: the status this operator writes says so, or an earlier operator,
+// which knew only the shared names, gave its workers their task queue.
+// No tenant writes an Agent's status, so no namespace can claim them.
+func KeepsSharedNames(agent *agentsv1.Agent) bool {
+	shared := tenancy.Shared(agent.Spec.FlowType).TaskQueue()
+	return agent.Status.SharedTaskQueue == shared || agent.Status.TaskQueue == shared
+}
+
+// Refusal is what an Agent that lost a claim is told. It names no other
+// Agent: under the shared names the holder may be another namespace's.
+func Refusal(agent *agentsv1.Agent, claim Claim) string {
+	holder := "another Agent of this namespace"
+	if claim.Names.IsShared() {
+		holder = "another Agent"
+	}
+	return fmt.Sprintf("%s already runs workers for Flow type %q on this engine (task queue %s); the first claimant keeps its workers",
+		holder, agent.Spec.FlowType, claim.Names.TaskQueue())
+}
 
 // Holders lists the live Agents whose worker Deployments serve a claim.
 // The Deployment's label, not the Agent's spec, says which names its
@@ -76,7 +137,7 @@ func Holders(ctx context.Context, c client.Reader, claim Claim) ([]Claimant, err
 	}
 	seen := map[types.NamespacedName]bool{}
 	var holders []Claimant
-	for _, label := range []string{render.LabelFlowClaim, render.LabelSharedFlowClaim} {
+	for _, label := range []string{LabelFlowClaim, LabelSharedFlowClaim} {
 		var deployments appsv1.DeploymentList
 		if err := c.List(ctx, &deployments, append(opts, client.MatchingLabels{label: claim.Label()})...); err != nil {
 			return nil, fmt.Errorf("listing worker Deployments of a Flow type claim: %w", err)
@@ -108,7 +169,7 @@ func mayHold(agent *agentsv1.Agent, claim Claim) bool {
 	case agent.Spec.FlowType != claim.Names.FlowType || agent.Status.EngineID != claim.EngineID:
 		return false
 	case claim.Names.IsShared():
-		return render.KeepsSharedNames(agent)
+		return KeepsSharedNames(agent)
 	}
 	return agent.Namespace == claim.Names.Namespace
 }

@@ -1,11 +1,14 @@
 package flowclaim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
 func TestElect(t *testing.T) {
@@ -37,5 +40,39 @@ func TestElect(t *testing.T) {
 				t.Errorf("winner of reversed list = %s, want %s", got, tt.wantWinner)
 			}
 		})
+	}
+}
+
+func TestAClaimsLabelNamesOneEngineAndOneSetOfNames(t *testing.T) {
+	holder := Claim{EngineID: "engine-1", Names: tenancy.Tenant("team-a", "SupportAgent")}.Label()
+	if again := (Claim{EngineID: "engine-1", Names: tenancy.Tenant("team-a", "SupportAgent")}).Label(); again != holder {
+		t.Errorf("one engine's claim of one Agent's names = %s, then %s", holder, again)
+	}
+	// A label value.
+	if len(holder) != 32 || strings.Trim(holder, "0123456789abcdef") != "" {
+		t.Errorf("claim = %q, want 32 hex digits", holder)
+	}
+	for name, other := range map[string]string{
+		"another engine":    Claim{EngineID: "engine-2", Names: tenancy.Tenant("team-a", "SupportAgent")}.Label(),
+		"another namespace": Claim{EngineID: "engine-1", Names: tenancy.Tenant("team-b", "SupportAgent")}.Label(),
+		"another Flow type": Claim{EngineID: "engine-1", Names: tenancy.Tenant("team-a", "supportagent")}.Label(),
+		"the shared names":  Claim{EngineID: "engine-1", Names: tenancy.Shared("SupportAgent")}.Label(),
+	} {
+		if other == holder {
+			t.Errorf("%s shares the holder's claim", name)
+		}
+	}
+}
+
+func TestWorkersLabelTheirOwnNamesAndTheSharedOnesWhileTheyServeThem(t *testing.T) {
+	own := tenancy.Tenant("team-a", "SupportAgent")
+	alone := Labels(OfWorkers("engine-1", own, false))
+	if len(alone) != 1 || alone[LabelFlowClaim] != (Claim{EngineID: "engine-1", Names: own}).Label() {
+		t.Errorf("labels of workers on their own names = %v", alone)
+	}
+	moving := Labels(OfWorkers("engine-1", own, true))
+	if moving[LabelFlowClaim] != alone[LabelFlowClaim] ||
+		moving[LabelSharedFlowClaim] != (Claim{EngineID: "engine-1", Names: tenancy.Shared("SupportAgent")}).Label() {
+		t.Errorf("labels of workers moving sessions from the shared names = %v", moving)
 	}
 }

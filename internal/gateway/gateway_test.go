@@ -107,24 +107,24 @@ type fixture struct {
 func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	t.Helper()
 	stack := enginetest.NewStack(t, "GatewaySupport")
-	keys, err := hubapi.ParsePublishKeys([]byte("k1:" + strings.Repeat("k", 32)))
+	keys, err := hub.ParsePublishKeys([]byte("k1:" + strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readers, err := hubapi.ParseReadTokens([]byte(strings.Repeat("r", 32)))
+	readers, err := hub.ParseReadTokens([]byte(strings.Repeat("r", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := hub.New(hub.NewEpoch(), hub.Limits{}, time.Now)
 	hubServer := httptest.NewServer(hubapi.NewServer(h, hubapi.ServerOptions{
-		PublishKeys: func() *hubapi.PublishKeys { return keys }, ReadTokens: func() *hubapi.ReadTokens { return readers },
+		PublishKeys: func() *hub.PublishKeys { return keys }, ReadTokens: func() *hub.ReadTokens { return readers },
 	}).Handler())
 	// Streams and long polls stay open until their clients go: cut them,
 	// or Close waits for them.
 	t.Cleanup(func() { hubServer.CloseClientConnections(); hubServer.Close() })
 	stack.SetAgent(support.Namespace, support.Name)
 	stack.Config.EventHub = &workerconfig.EventHub{URL: hubServer.URL, Token: workerconfig.SecretEnv{Env: "STEPWISE_EVENT_HUB_TOKEN"}}
-	stack.Env = append(stack.Env, "STEPWISE_EVENT_HUB_TOKEN="+keys.Mint(hubapi.PublishClaims{
+	stack.Env = append(stack.Env, "STEPWISE_EVENT_HUB_TOKEN="+keys.Mint(hub.PublishClaims{
 		Namespace: support.Namespace, Agent: support.Name, AgentUID: stack.Config.Agent.UID, Expires: time.Now().Add(time.Hour)}))
 	// Plan mode on, so the page can draft and execute a plan.
 	stack.Config.Definition.BuiltInTools = append(stack.Config.Definition.BuiltInTools, "write_todos")

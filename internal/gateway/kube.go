@@ -96,13 +96,9 @@ func (k *KubernetesAgents) Target(ctx context.Context, ref AgentRef) (Target, fu
 	// The Agent's workers hold the claim of the names its status gives:
 	// the shared names alone while they are of an engine that knows no
 	// other, its own and, while they serve them too, the shared names.
-	shared := tenancy.Shared(agent.Spec.FlowType)
-	claims := []flowclaim.Claim{{EngineID: resolved.EngineID, Names: tenancy.Tenant(agent.Namespace, agent.Spec.FlowType)}}
-	switch {
-	case agent.Status.TaskQueue == shared.TaskQueue():
-		claims = []flowclaim.Claim{{EngineID: resolved.EngineID, Names: shared}}
-	case agent.Status.SharedTaskQueue != "":
-		claims = append(claims, flowclaim.Claim{EngineID: resolved.EngineID, Names: shared})
+	claims := flowclaim.OfWorkers(resolved.EngineID, tenancy.Tenant(agent.Namespace, agent.Spec.FlowType), agent.Status.SharedTaskQueue != "")
+	if shared := tenancy.Shared(agent.Spec.FlowType); agent.Status.TaskQueue == shared.TaskQueue() {
+		claims = flowclaim.OfWorkers(resolved.EngineID, shared, false)
 	}
 	for _, claim := range claims {
 		holder, held, err := flowclaim.Holder(ctx, k.Reader, claim)
@@ -374,7 +370,7 @@ func reviewUnavailable(what string, err error) error {
 // those and list none.
 // An empty grants.Name watches no grants.
 func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, grants GrantsSource) (client.Client, cache.Cache, error) {
-	claimed, err := labels.NewRequirement(render.LabelFlowClaim, selection.Exists, nil)
+	claimed, err := labels.NewRequirement(flowclaim.LabelFlowClaim, selection.Exists, nil)
 	if err != nil {
 		return nil, nil, err
 	}

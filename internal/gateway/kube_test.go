@@ -34,6 +34,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/enginetest"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/render"
@@ -418,8 +419,8 @@ func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsNames(t *testing.T) {
 		a.Status.EngineID, a.Status.TaskQueue = id.NamespaceID, tenancy.Tenant(ns, "SupportAgent").TaskQueue()
 		must(t, k.admin.Status().Update(ctx, a))
 		if workers {
-			claim := render.FlowClaim(id.NamespaceID, tenancy.Tenant(ns, "SupportAgent"))
-			labels := map[string]string{"app": name, render.LabelFlowClaim: claim}
+			claim := flowclaim.Claim{EngineID: id.NamespaceID, Names: tenancy.Tenant(ns, "SupportAgent")}.Label()
+			labels := map[string]string{"app": name, flowclaim.LabelFlowClaim: claim}
 			must(t, k.admin.Create(ctx, &appsv1.Deployment{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-worker", Labels: labels,
 					OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
@@ -447,7 +448,7 @@ func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsNames(t *testing.T) {
 	// team-b's Agent is older than team-a's, with a Deployment that forges
 	// team-a's claim: it takes nothing from team-a.
 	teamB := newAgent("team-b", "support", false)
-	forged := map[string]string{"app": "forged", render.LabelFlowClaim: render.FlowClaim(id.NamespaceID, tenancy.Tenant("team-a", "SupportAgent"))}
+	forged := map[string]string{"app": "forged", flowclaim.LabelFlowClaim: flowclaim.Claim{EngineID: id.NamespaceID, Names: tenancy.Tenant("team-a", "SupportAgent")}.Label()}
 	must(t, k.admin.Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "forged", Labels: forged,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",
@@ -483,7 +484,7 @@ func TestKubernetesAgentsServeOnlyTheAgentThatHoldsItsNames(t *testing.T) {
 	shared := tenancy.Shared("LegacyAgent")
 	legacy.Status.EngineID, legacy.Status.TaskQueue = id.NamespaceID, shared.TaskQueue()
 	must(t, k.admin.Status().Update(ctx, legacy))
-	legacyLabels := map[string]string{"app": "legacy", render.LabelFlowClaim: render.FlowClaim(id.NamespaceID, shared)}
+	legacyLabels := map[string]string{"app": "legacy", flowclaim.LabelFlowClaim: flowclaim.Claim{EngineID: id.NamespaceID, Names: shared}.Label()}
 	must(t, k.admin.Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "legacy-worker", Labels: legacyLabels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1.GroupVersion.String(), Kind: "Agent",

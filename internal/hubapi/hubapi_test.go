@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,21 +19,21 @@ import (
 )
 
 var (
-	testKeys, _    = ParsePublishKeys([]byte("k1:0123456789abcdef0123456789abcdef\n"))
-	testReaders, _ = ParseReadTokens([]byte("a read token of the hub tests, 32 bytes or more\n"))
+	testKeys, _    = hub.ParsePublishKeys([]byte("k1:0123456789abcdef0123456789abcdef\n"))
+	testReaders, _ = hub.ParseReadTokens([]byte("a read token of the hub tests, 32 bytes or more\n"))
 )
 
 // testAgent is the Agent most tests publish for.
-var testAgent = PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-support"}
+var testAgent = hub.PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-support"}
 
 // tokenOf signs a publish token for an Agent, valid for an hour.
-func tokenOf(c PublishClaims) string {
+func tokenOf(c hub.PublishClaims) string {
 	c.Expires = time.Now().Add(time.Hour)
 	return testKeys.Mint(c)
 }
 
 // keyOf is an Agent's session as the hub keys it.
-func keyOf(c PublishClaims, session string) hub.Key {
+func keyOf(c hub.PublishClaims, session string) hub.Key {
 	return hub.Key{Namespace: c.Namespace, Agent: c.Agent, AgentUID: c.AgentUID, Session: session}
 }
 
@@ -50,7 +48,7 @@ type testHub struct {
 func startHub(t *testing.T, limits hub.Limits, opts ...func(*ServerOptions)) *testHub {
 	t.Helper()
 	th := &testHub{hub: hub.New(hub.NewEpoch(), limits, time.Now)}
-	o := ServerOptions{PublishKeys: func() *PublishKeys { return testKeys }, ReadTokens: func() *ReadTokens { return testReaders }}
+	o := ServerOptions{PublishKeys: func() *hub.PublishKeys { return testKeys }, ReadTokens: func() *hub.ReadTokens { return testReaders }}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -154,7 +152,7 @@ func TestAWorkersEventsReachReadersInBatchesAndResume(t *testing.T) {
 func TestTokensKeepAgentsApartAndOnlyGatewaysRead(t *testing.T) {
 	now := time.Now()
 	th := startHub(t, hub.Limits{}, func(o *ServerOptions) { o.Now = func() time.Time { return now } })
-	otherHub, _ := ParsePublishKeys([]byte("k1:zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"))
+	otherHub, _ := hub.ParsePublishKeys([]byte("k1:zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"))
 	publish := func(token string, body string) int {
 		req, _ := http.NewRequest(http.MethodPost, th.url+PublishPath, strings.NewReader(body))
 		if token != "" {
@@ -170,19 +168,19 @@ func TestTokensKeepAgentsApartAndOnlyGatewaysRead(t *testing.T) {
 	one := `{"events":[{"session":"s-1","event":{"type":"text_delta","payload":{"text":"a"}}}]}`
 	aToken := tokenOf(testAgent)
 	parts := strings.Split(aToken, ".")
-	bClaims, _ := json.Marshal(PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-support", Expires: now.Add(time.Hour)})
+	bClaims, _ := json.Marshal(hub.PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-support", Expires: now.Add(time.Hour)})
 	forged := strings.Join([]string{parts[0], parts[1], base64.RawURLEncoding.EncodeToString(bClaims), parts[3]}, ".")
 	expired := testAgent
 	expired.Expires = now.Add(-time.Second)
 	for name, token := range map[string]string{
 		"no token":                    "",
-		"another hub's token":         otherHub.Mint(PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-support", Expires: now.Add(time.Hour)}),
+		"another hub's token":         otherHub.Mint(hub.PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-support", Expires: now.Add(time.Hour)}),
 		"one Agent's MAC for another": forged,
 		"the read token":              testReaders.Current(),
 		"an expired token":            testKeys.Mint(expired),
 		"a token with the MAC cut":    strings.Join(parts[:3], ".") + ".",
 		"a token of an unknown key":   strings.Join([]string{parts[0], "k9", parts[2], parts[3]}, "."),
-		"a token with no Agent UID":   testKeys.Mint(PublishClaims{Namespace: "team-a", Agent: "support", Expires: now.Add(time.Hour)}),
+		"a token with no Agent UID":   testKeys.Mint(hub.PublishClaims{Namespace: "team-a", Agent: "support", Expires: now.Add(time.Hour)}),
 	} {
 		if got := publish(token, one); got != http.StatusUnauthorized {
 			t.Errorf("publish with %s = %d, want 401", name, got)
@@ -218,13 +216,13 @@ func TestTokensKeepAgentsApartAndOnlyGatewaysRead(t *testing.T) {
 }
 
 func TestKeysAndReadTokensChangeWithNoDowntime(t *testing.T) {
-	oldKeys, _ := ParsePublishKeys([]byte("old:an old publish key of 32 bytes or more"))
-	both, _ := ParsePublishKeys([]byte("new:a new publish key, 32 bytes or more\nold:an old publish key of 32 bytes or more"))
-	newOnly, _ := ParsePublishKeys([]byte("new:a new publish key, 32 bytes or more"))
-	oldRead, _ := ParseReadTokens([]byte("an old read token of 32 bytes or more"))
-	bothRead, _ := ParseReadTokens([]byte("a new read token of 32 bytes or more!\nan old read token of 32 bytes or more"))
-	var keys atomic.Pointer[PublishKeys]
-	var readers atomic.Pointer[ReadTokens]
+	oldKeys, _ := hub.ParsePublishKeys([]byte("old:an old publish key of 32 bytes or more"))
+	both, _ := hub.ParsePublishKeys([]byte("new:a new publish key, 32 bytes or more\nold:an old publish key of 32 bytes or more"))
+	newOnly, _ := hub.ParsePublishKeys([]byte("new:a new publish key, 32 bytes or more"))
+	oldRead, _ := hub.ParseReadTokens([]byte("an old read token of 32 bytes or more"))
+	bothRead, _ := hub.ParseReadTokens([]byte("a new read token of 32 bytes or more!\nan old read token of 32 bytes or more"))
+	var keys atomic.Pointer[hub.PublishKeys]
+	var readers atomic.Pointer[hub.ReadTokens]
 	keys.Store(oldKeys)
 	readers.Store(oldRead)
 	th := startHub(t, hub.Limits{}, func(o *ServerOptions) { o.PublishKeys, o.ReadTokens = keys.Load, readers.Load })
@@ -261,74 +259,6 @@ func TestKeysAndReadTokensChangeWithNoDowntime(t *testing.T) {
 	}
 	if err := publish(newToken); err != nil {
 		t.Errorf("the new token after the change: %v", err)
-	}
-}
-
-func TestRenewKeepsATokenUntilAThirdOfItsLifeIsLeft(t *testing.T) {
-	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	first, renewAt := testKeys.Renew("", testAgent, now, 30*time.Hour)
-	if want := now.Add(20 * time.Hour); !renewAt.Equal(want) {
-		t.Errorf("renewAt = %s, want %s", renewAt, want)
-	}
-	if kept, _ := testKeys.Renew(first, testAgent, now.Add(19*time.Hour), 30*time.Hour); kept != first {
-		t.Error("a token with over a third of its life left was renewed")
-	}
-	renewed, next := testKeys.Renew(first, testAgent, now.Add(21*time.Hour), 30*time.Hour)
-	if renewed == first || !next.Equal(now.Add(41*time.Hour)) {
-		t.Errorf("a token near its expiry: kept=%v, next renewal %s", renewed == first, next)
-	}
-	recreated := testAgent
-	recreated.AgentUID = "uid-of-a-new-support"
-	if got, _ := testKeys.Renew(first, recreated, now, 30*time.Hour); got == first {
-		t.Error("an Agent made again under the name kept the old Agent's token")
-	}
-	if got, _ := testKeys.Renew("garbage", testAgent, now, 30*time.Hour); got == "garbage" {
-		t.Error("Renew kept a token that is not one")
-	}
-}
-
-func TestCredentialFilesAreCheckedAndReread(t *testing.T) {
-	for name, data := range map[string]string{
-		"no key":           "# nothing\n",
-		"no ID":            "0123456789abcdef0123456789abcdef",
-		"a bad ID":         "K/1:0123456789abcdef0123456789abcdef",
-		"a short key":      "k1:short",
-		"an ID used twice": "k1:0123456789abcdef0123456789abcdef\nk1:0123456789abcdef0123456789abcdeX",
-	} {
-		if _, err := ParsePublishKeys([]byte(data)); err == nil {
-			t.Errorf("publish keys with %s were accepted", name)
-		}
-	}
-	if _, err := ParseReadTokens([]byte("short")); err == nil || !strings.Contains(err.Error(), "at least 32") {
-		t.Errorf("a short read token: %v", err)
-	}
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("the first read token, 32 bytes or more"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	src, err := LoadFile(path, ParseReadTokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := time.Now()
-	src.now = func() time.Time { return clock }
-	if err := os.WriteFile(path, []byte("the second read token, 32 bytes or more"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if got := src.Get().Current(); !strings.HasPrefix(got, "the first") {
-		t.Errorf("reread before its interval: %q", got)
-	}
-	clock = clock.Add(rereadEvery)
-	if got := src.Get().Current(); !strings.HasPrefix(got, "the second") {
-		t.Errorf("after the interval: %q, want the new token", got)
-	}
-	// A bad write keeps the last good token.
-	if err := os.WriteFile(path, []byte("short"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	clock = clock.Add(rereadEvery)
-	if got := src.Get().Current(); !strings.HasPrefix(got, "the second") {
-		t.Errorf("after a bad write: %q, want the last good token", got)
 	}
 }
 
@@ -468,9 +398,9 @@ func TestAFloodFromOneAgentDropsOnlyItsOwnEvents(t *testing.T) {
 	th := startHub(t, limits, func(o *ServerOptions) {
 		o.Rate = PublishRate{EventsPerSecond: 1000, BytesPerSecond: 1 << 20}
 	})
-	flooder := PublishClaims{Namespace: "team-a", Agent: "flood", AgentUID: "uid-flood"}
-	quiet := PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-b"}
-	neighbour := PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-a"}
+	flooder := hub.PublishClaims{Namespace: "team-a", Agent: "flood", AgentUID: "uid-flood"}
+	quiet := hub.PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-b"}
+	neighbour := hub.PublishClaims{Namespace: "team-a", Agent: "support", AgentUID: "uid-a"}
 	r := th.reader()
 	quietStart, err := r.Position(context.Background(), keyOf(quiet, "s-1"), "")
 	if err != nil {
@@ -535,7 +465,7 @@ func TestAnAgentOverItsRateIsToldWhenToSendAgain(t *testing.T) {
 	for i := range many {
 		many[i] = PublishedEvent{Session: "s-1", Event: delta("t1", "a")}
 	}
-	send := func(c PublishClaims) (int, string) {
+	send := func(c hub.PublishClaims) (int, string) {
 		body, _ := json.Marshal(PublishRequest{Events: many})
 		req, _ := http.NewRequest(http.MethodPost, th.url+PublishPath, strings.NewReader(string(body)))
 		req.Header.Set("Authorization", "Bearer "+tokenOf(c))
@@ -552,7 +482,7 @@ func TestAnAgentOverItsRateIsToldWhenToSendAgain(t *testing.T) {
 	if status, retry := send(testAgent); status != http.StatusTooManyRequests || retry == "" {
 		t.Errorf("a batch past the burst: %d, Retry-After %q; want 429 with Retry-After", status, retry)
 	}
-	other := PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-b"}
+	other := hub.PublishClaims{Namespace: "team-b", Agent: "support", AgentUID: "uid-b"}
 	if status, _ := send(other); status != http.StatusNoContent {
 		t.Errorf("another Agent, under its own rate: %d", status)
 	}

@@ -1,3 +1,6 @@
+// Package hubapi is the event hub's HTTP face: workers publish session
+// events to it in batches, and gateway replicas read them. Who may do
+// which is the hub's keyring (hub.PublishKeys, hub.ReadTokens).
 package hubapi
 
 import (
@@ -8,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,9 +113,9 @@ const maxConcurrentPublishes = 16
 // ServerOptions say whom a hub serves.
 type ServerOptions struct {
 	// PublishKeys check the workers' publish tokens.
-	PublishKeys func() *PublishKeys
+	PublishKeys func() *hub.PublishKeys
 	// ReadTokens check the gateways' read tokens.
-	ReadTokens func() *ReadTokens
+	ReadTokens func() *hub.ReadTokens
 	// Rate bounds each Agent's publishing; zero fields take
 	// DefaultPublishRate's.
 	Rate PublishRate
@@ -127,7 +131,7 @@ type Server struct {
 	publishing chan struct{}
 
 	mu       sync.Mutex
-	limiters map[PublishClaims]*agentLimiter
+	limiters map[hub.PublishClaims]*agentLimiter
 }
 
 type agentLimiter struct {
@@ -155,7 +159,7 @@ func NewServer(h *hub.Hub, opts ServerOptions) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Server{hub: h, opts: opts, publishing: make(chan struct{}, maxConcurrentPublishes), limiters: map[PublishClaims]*agentLimiter{}}
+	return &Server{hub: h, opts: opts, publishing: make(chan struct{}, maxConcurrentPublishes), limiters: map[hub.PublishClaims]*agentLimiter{}}
 }
 
 // limiterIdle is how long an Agent's limiter is kept after its last
@@ -167,7 +171,7 @@ const limiterIdle = 10 * time.Minute
 const slotWait = 5 * time.Second
 
 // limiter returns an Agent's limiter, made on its first publish.
-func (s *Server) limiter(agent PublishClaims, now time.Time) *agentLimiter {
+func (s *Server) limiter(agent hub.PublishClaims, now time.Time) *agentLimiter {
 	agent.Expires = time.Time{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -193,7 +197,7 @@ func (s *Server) limiter(agent PublishClaims, now time.Time) *agentLimiter {
 
 // enter admits one publish request of an Agent: within its rate, and once
 // one of its slots is free. Otherwise it says how long to wait.
-func (s *Server) enter(ctx context.Context, agent PublishClaims, now time.Time) (release func(), retryAfter time.Duration) {
+func (s *Server) enter(ctx context.Context, agent hub.PublishClaims, now time.Time) (release func(), retryAfter time.Duration) {
 	l := s.limiter(agent, now)
 	if l.events.TokensAt(now) < 1 || l.bytes.TokensAt(now) < 1 {
 		return nil, retryAfterOf(l, now)
@@ -212,7 +216,7 @@ func (s *Server) enter(ctx context.Context, agent PublishClaims, now time.Time) 
 
 // charge takes what a read request carried from its Agent's allowance; the
 // debt makes the next request wait.
-func (s *Server) charge(agent PublishClaims, now time.Time, events, bytes int) {
+func (s *Server) charge(agent hub.PublishClaims, now time.Time, events, bytes int) {
 	agent.Expires = time.Time{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -399,4 +403,12 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += n
 	return n, err
+}
+
+func bearer(header string) string {
+	const prefix = "Bearer "
+	if len(header) > len(prefix) && strings.EqualFold(header[:len(prefix)], prefix) {
+		return header[len(prefix):]
+	}
+	return ""
 }

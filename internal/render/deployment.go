@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ import (
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/tenancy"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
 )
 
@@ -52,10 +53,7 @@ func deployment(r *Resolved, envs secretEnvs, serviceAccount, digest string) *ap
 	podLabels := objectLabels(agent.Name, ComponentWorker)
 	podLabels[LabelEngineVersion] = r.EngineVersion
 	deploymentLabels := objectLabels(agent.Name, ComponentWorker)
-	deploymentLabels[LabelFlowClaim] = FlowClaim(r.EngineID, r.Names)
-	if r.SharedTaskQueue != "" {
-		deploymentLabels[LabelSharedFlowClaim] = FlowClaim(r.EngineID, tenancy.Shared(agent.Spec.FlowType))
-	}
+	maps.Copy(deploymentLabels, flowclaim.Labels(r.Claims()))
 	if r.MediaStore != nil {
 		deploymentLabels[LabelMediaStore] = r.MediaStore.Name
 	}

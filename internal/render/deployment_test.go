@@ -10,6 +10,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 )
@@ -38,10 +39,10 @@ func TestRenderWorkerDeployment(t *testing.T) {
 				if got := spec.Template.Labels[LabelEngineVersion]; got != version.EngineVersion {
 					t.Errorf("engine version label = %q", got)
 				}
-				if w.Deployment.Labels[LabelFlowClaim] != FlowClaim(testEngineID, tenancy.Tenant("team", "SupportAgent")) {
+				if w.Deployment.Labels[flowclaim.LabelFlowClaim] != (flowclaim.Claim{EngineID: testEngineID, Names: tenancy.Tenant("team", "SupportAgent")}).Label() {
 					t.Errorf("Deployment labels = %v, want the claim of the Agent's own names", w.Deployment.Labels)
 				}
-				if _, ok := w.Deployment.Labels[LabelSharedFlowClaim]; ok || w.EngineSecret != nil {
+				if _, ok := w.Deployment.Labels[flowclaim.LabelSharedFlowClaim]; ok || w.EngineSecret != nil {
 					t.Errorf("Deployment labels = %v, engine Secret %v; want no shared claim and no credentials to carry", w.Deployment.Labels, w.EngineSecret)
 				}
 				if got := *w.ConfigMap.Name; got != ConfigMapName("support", w.ConfigDigest) || !*w.ConfigMap.Immutable {

@@ -1,8 +1,6 @@
 package render
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -12,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
@@ -158,7 +157,7 @@ func CheckCredentialAddresses(field string, engine agentsv1.EngineSpec, secrets 
 			credentials = append(credentials, tls.SecretRef.Name)
 		}
 	}
-	want := ClaimAddress(engine.Address)
+	want := CanonicalEngineAddress(engine.Address)
 	for _, name := range credentials {
 		secret := secrets[name]
 		if secret == nil {
@@ -166,7 +165,7 @@ func CheckCredentialAddresses(field string, engine agentsv1.EngineSpec, secrets 
 		}
 		allowed := false
 		for _, a := range strings.Split(secret.Annotations[agentsv1.EngineAddressesAnnotation], ",") {
-			if a = strings.TrimSpace(a); a != "" && ClaimAddress(a) == want {
+			if a = strings.TrimSpace(a); a != "" && CanonicalEngineAddress(a) == want {
 				allowed = true
 			}
 		}
@@ -283,6 +282,13 @@ func checkNamespaceSelected(ce *agentsv1.ClusterEngine, namespace string, nsLabe
 	return nil
 }
 
+// Claims are the Flow type claims the resolved Agent's workers make: its
+// names on its engine, and the shared names as well while they move the
+// Agent's sessions from them.
+func (r *Resolved) Claims() []flowclaim.Claim {
+	return flowclaim.OfWorkers(r.EngineID, r.Names, r.SharedTaskQueue != "")
+}
+
 // names resolves the names the Agent's workers keep its sessions under:
 // its own, unless its sessions already run under the shared names and its
 // workers, of engine 0.7.0 or earlier, know no other. Workers of engine
@@ -294,7 +300,7 @@ func checkNamespaceSelected(ce *agentsv1.ClusterEngine, namespace string, nsLabe
 func (r *resolver) names() *Blocker {
 	flowType := r.agent.Spec.FlowType
 	own, shared := tenancy.Tenant(r.agent.Namespace, flowType), tenancy.Shared(flowType)
-	keeps := KeepsSharedNames(r.agent)
+	keeps := flowclaim.KeepsSharedNames(r.agent)
 	switch {
 	case rollout.OwnNamesIn(r.out.EngineVersion):
 		r.out.Names = own
@@ -311,21 +317,4 @@ func (r *resolver) names() *Blocker {
 		r.out.Names = own
 	}
 	return nil
-}
-
-// KeepsSharedNames says whether an Agent's sessions run under the shared
-// names: the status this operator writes says so, or an earlier operator,
-// which knew only the shared names, gave its workers their task queue.
-// No tenant writes an Agent's status, so no namespace can claim them.
-func KeepsSharedNames(agent *agentsv1.Agent) bool {
-	shared := tenancy.Shared(agent.Spec.FlowType).TaskQueue()
-	return agent.Status.SharedTaskQueue == shared || agent.Status.TaskQueue == shared
-}
-
-// FlowClaim is the label value of a claim of names on one engine: at most
-// one Agent may run workers for it. The engine is named by its own ID, so
-// two addresses of one engine make one claim.
-func FlowClaim(engineID string, names tenancy.Names) string {
-	sum := sha256.Sum256([]byte(engineID + "\x00" + names.TaskQueue()))
-	return hex.EncodeToString(sum[:16])
 }

@@ -20,14 +20,6 @@ const (
 	LabelName      = "app.kubernetes.io/name"
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// LabelFlowClaim marks an Agent's worker Deployment with the claim of
-	// the names its workers serve; see FlowClaim. It finds a claim's
-	// holders; what it says is checked against the Agent that owns the
-	// Deployment, never believed alone.
-	LabelFlowClaim = "agents.stepwise.run/flow-claim"
-	// LabelSharedFlowClaim marks a worker Deployment whose workers also
-	// serve the shared names, moving the Agent's sessions from them.
-	LabelSharedFlowClaim = "agents.stepwise.run/shared-flow-claim"
 	// LabelMediaStore marks an Agent's worker Deployment with the
 	// MediaStore its workers use, so the store is kept while they do.
 	LabelMediaStore = "agents.stepwise.run/media-store"

@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
-	"github.com/stepwise-run/stepwise/internal/hubapi"
+	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -75,7 +75,7 @@ type EventHub struct {
 	// URL is the hub's base URL as workers reach it.
 	URL string
 	// Keys returns the current publish keys.
-	Keys func() *hubapi.PublishKeys
+	Keys func() *hub.PublishKeys
 	// TokenLifetime is how long a publish token is valid.
 	TokenLifetime time.Duration
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
+	"github.com/stepwise-run/stepwise/internal/flowclaim"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
 	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
@@ -274,7 +275,7 @@ spec:
 
 	t.Log("team-b forges team-a's claim on a Deployment an older Agent of its own controls")
 	forgedLabels := map[string]string{
-		"app": "forged", render.LabelFlowClaim: render.FlowClaim(teamA.Status.EngineID, tenancy.Tenant("team-a", "BillingAgent")),
+		"app": "forged", flowclaim.LabelFlowClaim: flowclaim.Claim{EngineID: teamA.Status.EngineID, Names: tenancy.Tenant("team-a", "BillingAgent")}.Label(),
 	}
 	forged := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "forged", Labels: forgedLabels,

@@ -3,11 +3,9 @@ package render
 import (
 	"strings"
 	"testing"
-
-	"github.com/stepwise-run/stepwise/internal/tenancy"
 )
 
-func TestClaimAddress(t *testing.T) {
+func TestCanonicalEngineAddress(t *testing.T) {
 	tests := []struct{ address, want string }{
 		{"temporal.example.com:7233", "temporal.example.com:7233"},
 		{"TEMPORAL.example.com:7233", "temporal.example.com:7233"},
@@ -23,29 +21,8 @@ func TestClaimAddress(t *testing.T) {
 		{"temporal-frontend.temporal.svc.cluster.local:7233", "temporal-frontend.temporal.svc.cluster.local:7233"},
 	}
 	for _, tt := range tests {
-		if got := ClaimAddress(tt.address); got != tt.want {
-			t.Errorf("ClaimAddress(%q) = %q, want %q", tt.address, got, tt.want)
-		}
-	}
-}
-
-func TestFlowClaim(t *testing.T) {
-	holder := FlowClaim("engine-1", tenancy.Tenant("team-a", "SupportAgent"))
-	if again := FlowClaim("engine-1", tenancy.Tenant("team-a", "SupportAgent")); again != holder {
-		t.Errorf("one engine's claim of one Agent's names = %s, then %s", holder, again)
-	}
-	// A label value.
-	if len(holder) != 32 || strings.Trim(holder, "0123456789abcdef") != "" {
-		t.Errorf("claim = %q, want 32 hex digits", holder)
-	}
-	for name, other := range map[string]string{
-		"another engine":    FlowClaim("engine-2", tenancy.Tenant("team-a", "SupportAgent")),
-		"another namespace": FlowClaim("engine-1", tenancy.Tenant("team-b", "SupportAgent")),
-		"another Flow type": FlowClaim("engine-1", tenancy.Tenant("team-a", "supportagent")),
-		"the shared names":  FlowClaim("engine-1", tenancy.Shared("SupportAgent")),
-	} {
-		if other == holder {
-			t.Errorf("%s shares the holder's claim", name)
+		if got := CanonicalEngineAddress(tt.address); got != tt.want {
+			t.Errorf("CanonicalEngineAddress(%q) = %q, want %q", tt.address, got, tt.want)
 		}
 	}
 }

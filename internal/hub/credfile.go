@@ -1,4 +1,4 @@
-package hubapi
+package hub
 
 import (
 	"bytes"

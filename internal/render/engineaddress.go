@@ -26,18 +26,18 @@ func CheckEngineAddress(address string) error {
 	return nil
 }
 
-// ClaimAddress spells an engine address the one way the addresses a
+// CanonicalEngineAddress spells an engine address the one way the addresses a
 // credential's Secret names are compared with the address an Agent sends it
 // to: the host name in lower case without a trailing dot, an IP address in
 // its canonical form (an IPv4-mapped IPv6 address as IPv4), and the port as
 // a decimal number without leading zeros. So TEMPORAL.example.com:7233,
 // temporal.example.com.:7233 and temporal.example.com:07233 are one
-// address. Claims never compare addresses: they are keyed by the engine's
-// own ID of its namespace.
+// address. Flow type claims never compare addresses: they are keyed by the
+// engine's own ID of its namespace.
 //
 // An address without a port is not completed: the API refuses one, and the
 // worker's gRPC client would dial port 443, not 7233.
-func ClaimAddress(address string) string {
+func CanonicalEngineAddress(address string) string {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return strings.ToLower(address)

@@ -1,5 +1,4 @@
-// Package hubapi is the event hub's HTTP face: workers publish session
-// events to it in batches, and gateway replicas read them.
+// The hub's keyring: who may write to the hub and who may read from it.
 //
 // Writing and reading use separate credentials. A worker publishes with
 // its Agent's publish token, which the operator signs with a publish key
@@ -8,7 +7,8 @@
 // read token, a random secret of its own that can mint nothing. Each side
 // takes a list, so a key or token is replaced with no downtime: add the
 // new one, let every holder move to it, remove the old one.
-package hubapi
+
+package hub
 
 import (
 	"bytes"
@@ -227,12 +227,4 @@ func (t *ReadTokens) Check(token string) error {
 		return errUnauthorized
 	}
 	return nil
-}
-
-func bearer(header string) string {
-	const prefix = "Bearer "
-	if len(header) > len(prefix) && strings.EqualFold(header[:len(prefix)], prefix) {
-		return header[len(prefix):]
-	}
-	return ""
 }
