@@ -1,5 +1,5 @@
 // Package engine binds the session Flow to Temporal: one workflow per
-// session under the Agent's Flow type, an activity per effect Step, workflow
+// session under the Agent's Flow type, an activity per call Step, workflow
 // code for the waiting Steps and failure routes, updates for the RPCs,
 // queries for snapshots, and a search attribute of the Steps a session waits
 // in. The session's rules live in package session; this package only maps
@@ -73,7 +73,7 @@ type Timings struct {
 	// it is recorded as not run; zero waits as long as it takes, so an
 	// approved call survives an outage of every worker.
 	ToolQueueTimeout time.Duration
-	// Heartbeat is the heartbeat timeout of every effect Step; the Step
+	// Heartbeat is the heartbeat timeout of every call Step; the Step
 	// heartbeats in the background six times as often.
 	Heartbeat time.Duration
 	// RetryInterval is the first wait between attempts.

@@ -298,7 +298,7 @@ func wholeSeconds(d time.Duration) time.Duration {
 	return (d + time.Second - 1).Truncate(time.Second)
 }
 
-// stepStarted reports whether any attempt of a failed effect Step reached a
+// stepStarted reports whether any attempt of a failed call Step reached a
 // worker. Only a Step that timed out waiting in the queue, with no attempt
 // ever started or heartbeating, never ran.
 func stepStarted(err error) bool {

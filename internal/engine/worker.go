@@ -107,13 +107,13 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 	return w
 }
 
-// ActivityRegistry is where effect Steps are registered: a worker, or a
+// ActivityRegistry is where call Steps are registered: a worker, or a
 // test environment.
 type ActivityRegistry interface {
 	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
 }
 
-// Register registers each effect Step under its Step name, so the history
+// Register registers each call Step under its Step name, so the history
 // names the Step that ran.
 func (a *Activities) Register(r ActivityRegistry) {
 	for step, fn := range map[session.StepName]any{

@@ -68,7 +68,10 @@ type Release struct {
 	// FlowGraphDigest is the digest of this version's session Flow graph
 	// document for the Flow type GraphCheckFlowType. A test recomputes it,
 	// so a change to the session Flow that keeps the version fails until
-	// the version is raised and its row added.
+	// the version is raised and its row added. The digests are of the
+	// document as session.FlowGraphSchema spells it: a change of that
+	// schema alone records every row's digest again and raises no version,
+	// since no session runs differently (the replay tests hold that).
 	FlowGraphDigest string
 }
 
@@ -81,7 +84,7 @@ var Releases = []Release{
 	{
 		EngineVersion:   "0.1.0",
 		Changes:         "The first session Flow.",
-		FlowGraphDigest: "sha256:df1795efbbb2bbce250ba5bfbf4b7c464764639cd684b1d8fa2d2a58af44654c",
+		FlowGraphDigest: "sha256:9d7a744c14d87cc47879e7ff55aefe2682784d1d8947e1f373bbdc82f052d1de",
 	},
 	{
 		EngineVersion: "0.2.0",
@@ -89,20 +92,20 @@ var Releases = []Release{
 		Changes: "Updates replace signals for every session action, turns continue as new runs, and compaction, " +
 			"tool tasks, steering, cancel_turn, plans and session settings arrive: a 0.1.0 worker cannot replay " +
 			"a history with 0.2.0 updates.",
-		FlowGraphDigest: "sha256:0672d2601c857e1a19bfbc317311989d15754739f1d75dcb03d313a06f0e5417",
+		FlowGraphDigest: "sha256:27014d4472ed7c668667414390c27bbac43349131cfd49e898da04ea01b7ff6d",
 	},
 	{
 		EngineVersion: "0.3.0",
 		Adds:          []Feature{FeatureOrderedWrites},
 		Changes: "Ordered writes are kept in session state: a 0.2.0 worker must not replay a turn that holds " +
 			"one, since it would run the queued writes at once.",
-		FlowGraphDigest: "sha256:297be1c25e6a0c9cda2e9694677060e770c52bb2d3c77dd0bbcc6c964697875d",
+		FlowGraphDigest: "sha256:c87af292b2b5a6d2b76eca22f6fd13c7978f28bb3f3667dcd5c320b5d784d097",
 	},
 	{
 		EngineVersion: "0.4.0",
 		Changes: "The active Step types are written once per workflow task rather than once per change: a 0.3.0 " +
 			"worker replaying a 0.4.0 history would write them more often and fail replay.",
-		FlowGraphDigest: "sha256:b4fc6c1b685b32fa84cb145d288fdd16d7aca1b684689695f6cc63639a07406b",
+		FlowGraphDigest: "sha256:e801422f13b21115399c54deb4951223914f75dd5c697c8159cabc7192115969",
 	},
 	{
 		EngineVersion:     "0.5.0",
@@ -111,7 +114,7 @@ var Releases = []Release{
 		Changes: "Workers can join a Temporal Worker Deployment: a session is pinned to the worker version that " +
 			"started it and, between turns, continues as new on the current version, woken by the move signal " +
 			"when idle. Without versioning its histories are 0.4.0's, so the two run beside each other.",
-		FlowGraphDigest: "sha256:ff1e079fb460c7330e424ab55e56969c7f15b90923c079628b442929efaf729f",
+		FlowGraphDigest: "sha256:54841cbc9f78f0b8a6ded29a6463520c7bae61a7846925b042be9bd2dce16895",
 	},
 	{
 		EngineVersion:     "0.6.0",
@@ -122,7 +125,7 @@ var Releases = []Release{
 			"read from the agent's media store. The Steps and commands are 0.5.0's, so the two run beside each " +
 			"other, but a 0.5.0 worker drops the references of a session it takes: images wait until every " +
 			"worker runs 0.6.0.",
-		FlowGraphDigest: "sha256:f0a57a7b5de79ffcee1afd3287edab84582ef8c9efbc17a3786df53a7d1d0e99",
+		FlowGraphDigest: "sha256:da4d2a90804e064e3619abe84a2a8db5646a1d63295d6ee2e8ad6e25c193bf26",
 	},
 	{
 		EngineVersion:     "0.7.0",
@@ -131,7 +134,7 @@ var Releases = []Release{
 			"steered or cancelled, or whose question was answered before the steer, is rejected rather than run " +
 			"again. A run records this revision in its version marker, which a 0.6.0 worker cannot replay, so " +
 			"old workers stop first, or sessions move to 0.7.0 between turns in a Worker Deployment.",
-		FlowGraphDigest: "sha256:5ee7d677a9a10ce29629930c3c7f2f091402edc185ea088c043285d9607be955",
+		FlowGraphDigest: "sha256:9ec3542d1e737ae2c180cb136587106f8a3b52da12240338dc7d87f8a0e60229",
 	},
 	{
 		EngineVersion:     "0.8.0",
@@ -142,7 +145,7 @@ var Releases = []Release{
 			"of the shared names of 0.7.0 and earlier moves to them between turns. A run records this revision in " +
 			"its version marker, which a 0.7.0 worker cannot replay, so old workers stop first, or sessions move " +
 			"to 0.8.0 between turns in a Worker Deployment.",
-		FlowGraphDigest: "sha256:4fb4c101e03d2b31c3eb2ef2500f87cb3b986c7450e10c86b0984a54eba30da4",
+		FlowGraphDigest: "sha256:f9e74388022ef5231f06f2bff5980c00861160ff5561a94254ebd933d8fdbb35",
 	},
 }
 

@@ -12,8 +12,10 @@ import (
 )
 
 // FlowGraphSchema names the format of the graph document, so readers can
-// refuse one they do not understand.
-const FlowGraphSchema = "agents.stepwise.run/session-flow-graph/v1"
+// refuse one they do not understand. v2 calls the Steps that call a model
+// or a tool "call"; v1 called them "effect", the word of a tool's effect
+// class, and is otherwise the same.
+const FlowGraphSchema = "agents.stepwise.run/session-flow-graph/v2"
 
 // TransitionKind says why the session moves along a transition.
 type TransitionKind string
@@ -22,7 +24,7 @@ type TransitionKind string
 const (
 	// TransitionNext is the Step's own outcome.
 	TransitionNext TransitionKind = "next"
-	// TransitionFailure is taken when an effect Step's attempts run out.
+	// TransitionFailure is taken when a call Step's attempts run out.
 	TransitionFailure TransitionKind = "failure"
 	// TransitionCancel is taken when cancel_turn stops the Step.
 	TransitionCancel TransitionKind = "cancel"

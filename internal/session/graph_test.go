@@ -60,7 +60,7 @@ func checkGraph(t *testing.T, g FlowGraph) {
 		}
 	}
 	for name, s := range known {
-		// An effect Step's failure routes are exactly its failure transitions.
+		// A call Step's failure routes are exactly its failure transitions.
 		var failureTargets []StepName
 		for _, tr := range outgoing[name] {
 			if tr.Kind == TransitionFailure {
@@ -75,8 +75,8 @@ func checkGraph(t *testing.T, g FlowGraph) {
 				t.Errorf("step %s: failure route %d is %s, transition goes to %s", name, i, s.FailureRoutes[i], failureTargets[i])
 			}
 		}
-		if s.Kind == StepKindEffect && (s.MaxAttempts == 0 || len(s.FailureRoutes) == 0) {
-			t.Errorf("effect step %s needs attempts and a failure route", name)
+		if s.Kind == StepKindCall && (s.MaxAttempts == 0 || len(s.FailureRoutes) == 0) {
+			t.Errorf("call step %s needs attempts and a failure route", name)
 		}
 		// Only a Step that cancel_turn stops moves on a cancel transition.
 		for _, tr := range outgoing[name] {

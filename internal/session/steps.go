@@ -36,13 +36,13 @@ type StepKind string
 const (
 	// StepKindStart initializes a session.
 	StepKindStart StepKind = "start"
-	// StepKindEffect calls something outside the session (a model or a tool)
+	// StepKindCall calls something outside the session (a model or a tool)
 	// and may be retried: an engine activity.
-	StepKindEffect StepKind = "effect"
+	StepKindCall StepKind = "call"
 	// StepKindWait waits for a person, a timer or other Steps; no worker holds
 	// the wait.
 	StepKindWait StepKind = "wait"
-	// StepKindFailureRoute records the outcome of an effect Step whose
+	// StepKindFailureRoute records the outcome of a call Step whose
 	// attempts ran out.
 	StepKindFailureRoute StepKind = "failure_route"
 	// StepKindControl moves the session between turns.
@@ -64,7 +64,7 @@ const (
 	StepInputFailingStepArg StepInput = "failing_step_input"
 )
 
-// RetryPolicy bounds the attempts of an effect Step.
+// RetryPolicy bounds the attempts of a call Step.
 type RetryPolicy struct {
 	// MaxAttempts is the number of attempts, the first included.
 	MaxAttempts int `json:"maxAttempts"`
@@ -86,11 +86,11 @@ type StepSpec struct {
 	PerToolCall bool `json:"perToolCall,omitempty"`
 	// Summary says what the Step does.
 	Summary string `json:"summary"`
-	// AttemptTimeout bounds one attempt of an effect Step.
+	// AttemptTimeout bounds one attempt of a call Step.
 	AttemptTimeout time.Duration `json:"attemptTimeout,omitempty"`
 	// HeartbeatTimeout fails an attempt whose worker stopped reporting.
 	HeartbeatTimeout time.Duration `json:"heartbeatTimeout,omitempty"`
-	// Retry bounds the attempts of an effect Step.
+	// Retry bounds the attempts of a call Step.
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	// FailureRoutes are the Steps that record the outcome when the attempts
 	// run out; a tool Step's effect class chooses between two.
@@ -137,13 +137,13 @@ var stepSpecs = []StepSpec{
 		Summary: "Waits for a turn control request, a queued user message, or the approval of the current plan revision, in that order, and starts a chat, planning or executing turn.",
 	},
 	{
-		Name: StepRunModel, Kind: StepKindEffect, Input: StepInputNone, since: since010,
+		Name: StepRunModel, Kind: StepKindCall, Input: StepInputNone, since: since010,
 		Summary:        "Makes exactly one model call from committed state and records its answer, or the tool calls it requested with their records and interrupts.",
 		AttemptTimeout: modelAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout, Retry: &modelRetry,
 		FailureRoutes: []StepName{StepRecordTurnFailure}, Cancellable: true,
 	},
 	{
-		Name: StepCompactContext, Kind: StepKindEffect, Input: StepInputThroughSeq, since: since020,
+		Name: StepCompactContext, Kind: StepKindCall, Input: StepInputThroughSeq, since: since020,
 		Summary:        "Summarizes the messages through a cut point with one model call and stores the summary.",
 		AttemptTimeout: modelAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout, Retry: &modelRetry,
 		FailureRoutes: []StepName{StepRecordTurnFailure}, Cancellable: true,
@@ -164,21 +164,21 @@ var stepSpecs = []StepSpec{
 		Cancellable: true,
 	},
 	{
-		Name: StepCallTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since010,
+		Name: StepCallTool, Kind: StepKindCall, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary:        "Runs one read or idempotent_write tool call with the call's idempotency key, retried with the same key.",
 		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: effectAttempts},
 		FailureRoutes: []StepName{StepRecordToolFailure},
 	},
 	{
-		Name: StepCallSingleAttemptTool, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since010,
+		Name: StepCallSingleAttemptTool, Kind: StepKindCall, Input: StepInputToolCallID, PerToolCall: true, since: since010,
 		Summary:        "Runs one non_idempotent_write or unclassified tool call once; a failure records outcome_unknown.",
 		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: 1},
 		FailureRoutes: []StepName{StepRecordToolOutcomeUnknown},
 	},
 	{
-		Name: StepPollToolTask, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since020,
+		Name: StepPollToolTask, Kind: StepKindCall, Input: StepInputToolCallID, PerToolCall: true, since: since020,
 		Summary:        "Waits on a timer, then polls a tool task once: its result, a question, or the next interval.",
 		AttemptTimeout: toolAttemptTimeout, HeartbeatTimeout: modelHeartbeatTimeout,
 		Retry:         &RetryPolicy{MaxAttempts: effectAttempts},
@@ -205,7 +205,7 @@ var stepSpecs = []StepSpec{
 		Summary: "Records the turn's error and, when tool calls ran, a note listing them so the next turn does not repeat a write.",
 	},
 	{
-		Name: StepCancelToolTask, Kind: StepKindEffect, Input: StepInputToolCallID, PerToolCall: true, since: since020,
+		Name: StepCancelToolTask, Kind: StepKindCall, Input: StepInputToolCallID, PerToolCall: true, since: since020,
 		Summary:        "Asks the tool to cancel an abandoned task, best-effort, and records outcome_unknown.",
 		AttemptTimeout: 30 * time.Second, Retry: &RetryPolicy{MaxAttempts: effectAttempts, Within: 2 * time.Minute},
 		FailureRoutes: []StepName{StepRecordToolOutcomeUnknown},
