@@ -16,16 +16,16 @@ type OwnNames struct {
 	Owner     tenancy.Owner `json:"owner"`
 }
 
-// HistoryBudget bounds one workflow run of a session. A session that
+// ContinueAsNewThreshold bounds one workflow run of a session. A session that
 // reaches it continues as new between Steps, carrying its state, well
 // before Temporal's own limits (51,200 events or 50 MB per run).
-type HistoryBudget struct {
+type ContinueAsNewThreshold struct {
 	Events int
 	Bytes  int
 }
 
-// DefaultHistoryBudget leaves ample room under Temporal's limits.
-var DefaultHistoryBudget = HistoryBudget{Events: 10_000, Bytes: 10 << 20}
+// DefaultContinueAsNewThreshold leaves ample room under Temporal's limits.
+var DefaultContinueAsNewThreshold = ContinueAsNewThreshold{Events: 10_000, Bytes: 10 << 20}
 
 // recordOwner writes the owner search attributes the run's input names when
 // the run does not carry them already: a client sets them when it starts a
@@ -89,15 +89,15 @@ func (r *run) moveToOwnNames(target *OwnNames) error {
 }
 
 // runIsFull reports whether the run should end in a new one: Temporal
-// suggests it, or the history reached the Flow's budget.
+// suggests it, or the history reached the Flow's threshold.
 func (r *run) runIsFull() bool {
 	info := workflow.GetInfo(r.ctx)
-	budget := r.flow.HistoryBudget
-	if budget == (HistoryBudget{}) {
-		budget = DefaultHistoryBudget
+	threshold := r.flow.ContinueAsNewThreshold
+	if threshold == (ContinueAsNewThreshold{}) {
+		threshold = DefaultContinueAsNewThreshold
 	}
-	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= budget.Events ||
-		info.GetCurrentHistorySize() >= budget.Bytes
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= threshold.Events ||
+		info.GetCurrentHistorySize() >= threshold.Bytes
 }
 
 // versionMoved reports whether the session runs pinned to a worker version

@@ -32,10 +32,10 @@ type Flow struct {
 	// ImageStoreURI is the location of the agent's media store; empty
 	// refuses messages with images.
 	ImageStoreURI string
-	// HistoryBudget is when a session continues in a new run of its
+	// ContinueAsNewThreshold is when a session continues in a new run of its
 	// workflow, if Temporal has not suggested it first; zero uses
-	// DefaultHistoryBudget.
-	HistoryBudget HistoryBudget
+	// DefaultContinueAsNewThreshold.
+	ContinueAsNewThreshold ContinueAsNewThreshold
 	// Trace, when set, is told every move of a session from one Step to the
 	// next, so a test can hold what sessions do against the published Flow
 	// graph. It is called again when a worker replays a session.

@@ -31,9 +31,9 @@ type WorkerOptions struct {
 	// ImageStoreURI is the location of the agent's media store; empty
 	// refuses messages with images.
 	ImageStoreURI string
-	// HistoryBudget is when a session continues as new; zero uses
-	// DefaultHistoryBudget.
-	HistoryBudget HistoryBudget
+	// ContinueAsNewThreshold is when a session continues as new; zero uses
+	// DefaultContinueAsNewThreshold.
+	ContinueAsNewThreshold ContinueAsNewThreshold
 	// Version, when set, joins the worker to a Temporal Worker Deployment:
 	// each session is pinned to the version that starts it and moves to
 	// the deployment's current version between turns.
@@ -90,7 +90,7 @@ func NewWorker(c client.Client, o WorkerOptions) worker.Worker {
 		register.VersioningBehavior = workflow.VersioningBehaviorPinned
 	}
 	w := worker.New(c, o.TaskQueue, opts)
-	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, ImageStoreURI: o.ImageStoreURI, HistoryBudget: o.HistoryBudget, MoveTo: o.MoveTo}
+	flow := &Flow{Events: o.Events, Timings: o.Timings, PlanMode: o.PlanMode, ImageStoreURI: o.ImageStoreURI, ContinueAsNewThreshold: o.ContinueAsNewThreshold, MoveTo: o.MoveTo}
 	if o.Tracer != nil {
 		flow.Tracer = o.Tracer
 	}

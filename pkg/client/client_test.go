@@ -320,7 +320,7 @@ func TestASessionContinuesAsNewAndKeepsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Long", TaskQueue: tenancy.Tenant("test", "Long").TaskQueue(), TaskSlots: 4, Runner: runner,
-		HistoryBudget: engine.HistoryBudget{Events: 40, Bytes: 1 << 20}})
+		ContinueAsNewThreshold: engine.ContinueAsNewThreshold{Events: 40, Bytes: 1 << 20}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func TestARequestSentAgainAfterTheSessionContinuedAsNewIsTheSameRequest(t *testi
 		t.Fatal(err)
 	}
 	w := engine.NewWorker(c, engine.WorkerOptions{FlowType: "Again", TaskQueue: tenancy.Tenant("test", "Again").TaskQueue(), TaskSlots: 4, Runner: runner,
-		HistoryBudget: engine.HistoryBudget{Events: 40, Bytes: 1 << 20}})
+		ContinueAsNewThreshold: engine.ContinueAsNewThreshold{Events: 40, Bytes: 1 << 20}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
