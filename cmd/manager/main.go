@@ -1,5 +1,6 @@
-// Command manager runs the operator: the Agent, ToolSource and MediaStore
-// controllers.
+// Command manager runs the operator: the Agent, ToolSource, MediaStore and
+// ClusterEngine controllers, and the publisher of the gateway's application
+// token grants.
 package main
 
 import (

@@ -1,7 +1,8 @@
-// Package controller holds the reconcilers of Agents, ToolSources and
-// MediaStores. They read the cluster, hand what they read to the pure
-// packages render and session, apply the result with server-side apply, and
-// write status once per pass.
+// Package controller holds the operator's reconcilers: of Agents,
+// ToolSources, MediaStores and ClusterEngines, and the publisher of the
+// gateway's application token grants. They read the cluster, hand what
+// they read to the pure packages (render, rollout, session, flowclaim),
+// apply the result with server-side apply, and write status once per pass.
 package controller
 
 import (
