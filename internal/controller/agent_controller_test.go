@@ -686,7 +686,7 @@ var _ = Describe("Agent reconciler", func() {
 					ReadyReplicas: *d.Spec.Replicas, AvailableReplicas: *d.Spec.Replicas, UpdatedReplicas: *d.Spec.Replicas}
 				Expect(k8sClient.Status().Update(suiteCtx, d)).To(Succeed())
 			}
-			engineCalls := func() []string { _, calls := testEngine.engineState(name); return calls }
+			engineCalls := func() []string { _, calls := testEngine.workerDeploymentState(name); return calls }
 			versions := func(g Gomega) []agentsv1.WorkerVersion {
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())
 				return agent.Status.WorkerVersions

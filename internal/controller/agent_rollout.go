@@ -70,8 +70,8 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 	if desired.Versioned || len(sets.versioned) > 0 || slices.ContainsFunc(pods, func(p rollout.Pod) bool { return p.Versioned }) {
 		return r.rollVersioned(ctx, agent, in, pass, desired, sets, pods, nil)
 	}
-	if engine := r.leftoverVersions(ctx, agent, in); engine != nil {
-		return r.rollVersioned(ctx, agent, in, pass, desired, sets, pods, engine)
+	if leftover := r.leftoverVersions(ctx, agent, in); leftover != nil {
+		return r.rollVersioned(ctx, agent, in, pass, desired, sets, pods, leftover)
 	}
 
 	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods}
@@ -109,7 +109,7 @@ func (r *AgentReconciler) rollDeployment(ctx context.Context, agent *agentsv1.Ag
 // ran, such as right after leaving versioning, and returns it when it
 // does; nil otherwise. The engine, not the Agent's status, says so: the
 // status a pass reads may not yet show what the pass before it wrote.
-func (r *AgentReconciler) leftoverVersions(ctx context.Context, agent *agentsv1.Agent, in rolloutPass) *rollout.Engine {
+func (r *AgentReconciler) leftoverVersions(ctx context.Context, agent *agentsv1.Agent, in rolloutPass) *rollout.WorkerDeploymentInfo {
 	if !r.VersionedRollouts || r.WorkerDeployments == nil {
 		return nil
 	}
@@ -117,15 +117,15 @@ func (r *AgentReconciler) leftoverVersions(ctx context.Context, agent *agentsv1.
 	if supported, _, err := r.WorkerDeployments.Versioning(ctx, target); err != nil || !supported {
 		return nil
 	}
-	engine := r.readEngine(ctx, agent, in)
-	if engine.Error != "" {
-		log.FromContext(ctx).Info("cannot read the Worker Deployment for versions left to delete", "error", engine.Error)
+	described := r.describeWorkerDeployment(ctx, agent, in)
+	if described.Error != "" {
+		log.FromContext(ctx).Info("cannot read the Worker Deployment for versions left to delete", "error", described.Error)
 		return nil
 	}
-	if len(engine.Versions) == 0 {
+	if len(described.Versions) == 0 {
 		return nil
 	}
-	return engine
+	return described
 }
 
 func (r *AgentReconciler) rolloutOptions() rollout.Options {

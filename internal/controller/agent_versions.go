@@ -34,7 +34,7 @@ type WorkerDeployments interface {
 	Versioning(ctx context.Context, target EngineTarget) (supported bool, reason string, err error)
 	// Describe reads the Worker Deployment; one the engine does not know
 	// has no versions.
-	Describe(ctx context.Context, target EngineTarget, name string) (rollout.Engine, error)
+	Describe(ctx context.Context, target EngineTarget, name string) (rollout.WorkerDeploymentInfo, error)
 	SetCurrentVersion(ctx context.Context, target EngineTarget, name, buildID string) error
 	DeleteVersion(ctx context.Context, target EngineTarget, name, buildID string) error
 	// MoveSessions signals the sessions pinned to a version to move to the
@@ -116,10 +116,10 @@ func (r *AgentReconciler) wantsVersioning(ctx context.Context, in rolloutPass, s
 // engine's Worker Deployment when already read. It returns the desired set's Deployment as it stands after
 // the pass: as applied, when the pass applied it.
 func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, pass *agentPass,
-	desired rollout.Desired, sets workerSets, pods []rollout.Pod, engine *rollout.Engine,
+	desired rollout.Desired, sets workerSets, pods []rollout.Pod, described *rollout.WorkerDeploymentInfo,
 ) (*appsv1.Deployment, error) {
 	target := in.target()
-	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods, Engine: engine}
+	obs := rollout.Observed{Now: time.Now(), Previous: previousVersions(agent.Status.WorkerVersions), Pods: pods, WorkerDeployment: described}
 	key := rollout.Unversioned
 	if desired.Versioned {
 		key = desired.BuildID()
@@ -133,11 +133,11 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 	opts := r.rolloutOptions()
 	plan := rollout.DecideVersioned(desired, obs, opts)
 	for range 3 {
-		if !plan.NeedsEngine && !plan.NeedsGate {
+		if !plan.NeedsWorkerDeployment && !plan.NeedsGate {
 			break
 		}
-		if plan.NeedsEngine {
-			obs.Engine = r.readEngine(ctx, agent, in)
+		if plan.NeedsWorkerDeployment {
+			obs.WorkerDeployment = r.describeWorkerDeployment(ctx, agent, in)
 		}
 		if plan.NeedsGate {
 			obs.Gate = r.readGate(ctx, agent, in)
@@ -176,16 +176,16 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 			problems = append(problems, err.Error())
 		}
 	}
-	if err := r.releaseSharedDeployment(ctx, agent, in, plan, obs.Engine); err != nil {
+	if err := r.releaseSharedDeployment(ctx, agent, in, plan, obs.WorkerDeployment); err != nil {
 		problems = append(problems, err.Error())
 	}
 	for _, buildID := range plan.Move {
-		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
+		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, deploymentOf(obs.WorkerDeployment, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
 	for _, buildID := range plan.Unpin {
-		if _, err := r.WorkerDeployments.Unpin(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
+		if _, err := r.WorkerDeployments.Unpin(ctx, target, deploymentOf(obs.WorkerDeployment, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -200,10 +200,10 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 		// rollout let go) stays on it until its next workflow task, which
 		// the move signal gives it, now that every task queue partition
 		// knows the current version.
-		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
+		if _, err := r.WorkerDeployments.MoveSessions(ctx, target, deploymentOf(obs.WorkerDeployment, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}
-		if err := r.WorkerDeployments.DeleteVersion(ctx, target, deploymentOf(obs.Engine, sets, in, buildID), buildID); err != nil {
+		if err := r.WorkerDeployments.DeleteVersion(ctx, target, deploymentOf(obs.WorkerDeployment, sets, in, buildID), buildID); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -218,23 +218,23 @@ func (r *AgentReconciler) rollVersioned(ctx context.Context, agent *agentsv1.Age
 	return live, nil
 }
 
-// readEngine reads the Agent's Worker Deployment for the planner, with the
-// shared Worker Deployment of engine 0.7.0 and earlier where the Agent's
+// describeWorkerDeployment reads the Agent's Worker Deployment for the
+// planner, with the shared Worker Deployment of engine 0.7.0 and earlier where the Agent's
 // sessions ran or run under the shared names: one view of every version,
 // each known by its build ID, which names its engine version and so its
 // Worker Deployment. The current version is that of the desired workers'
 // Worker Deployment. A failed read is the planner's to report.
-func (r *AgentReconciler) readEngine(ctx context.Context, agent *agentsv1.Agent, in rolloutPass) *rollout.Engine {
+func (r *AgentReconciler) describeWorkerDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass) *rollout.WorkerDeploymentInfo {
 	if r.WorkerDeployments == nil {
-		return &rollout.Engine{Error: "the operator has no connection to the engine"}
+		return &rollout.WorkerDeploymentInfo{Error: "the operator has no connection to the engine"}
 	}
 	own := in.resolved.Names.WorkerDeployment()
-	merged := &rollout.Engine{}
+	merged := &rollout.WorkerDeploymentInfo{}
 	others := ""
 	for _, name := range workerDeploymentsOf(agent, in.resolved) {
 		e, err := r.WorkerDeployments.Describe(ctx, in.target(), name)
 		if err != nil {
-			return &rollout.Engine{Error: err.Error()}
+			return &rollout.WorkerDeploymentInfo{Error: err.Error()}
 		}
 		if name == own {
 			merged.Current = e.Current
@@ -292,9 +292,9 @@ func workerDeploymentsOf(agent *agentsv1.Agent, resolved *render.Resolved) []str
 // deploymentOf is the Worker Deployment a version of the Agent's workers
 // joined: the one the engine keeps it in, or else the one its worker
 // Deployment's flag names, or else the desired workers'.
-func deploymentOf(engine *rollout.Engine, sets workerSets, in rolloutPass, buildID string) string {
-	if engine != nil {
-		for _, v := range engine.Versions {
+func deploymentOf(described *rollout.WorkerDeploymentInfo, sets workerSets, in rolloutPass, buildID string) string {
+	if described != nil {
+		for _, v := range described.Versions {
 			if v.BuildID == buildID && v.Deployment != "" {
 				return v.Deployment
 			}
@@ -319,8 +319,8 @@ func deploymentOf(engine *rollout.Engine, sets workerSets, in rolloutPass, build
 // version moves at its next turn boundary, as in any versioned rollout,
 // and no version of the Agent's own Worker Deployment ever polls the
 // shared task queue.
-func (r *AgentReconciler) releaseSharedDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, plan rollout.Plan, engine *rollout.Engine) error {
-	if in.resolved.SharedTaskQueue == "" || engine == nil || engine.Error != "" {
+func (r *AgentReconciler) releaseSharedDeployment(ctx context.Context, agent *agentsv1.Agent, in rolloutPass, plan rollout.Plan, described *rollout.WorkerDeploymentInfo) error {
+	if in.resolved.SharedTaskQueue == "" || described == nil || described.Error != "" {
 		return nil
 	}
 	if plan.Phase != rollout.PhaseDraining && plan.Phase != rollout.PhaseComplete {
@@ -364,8 +364,8 @@ type Engines struct {
 // the engine limits the requests each Worker Deployment takes. A change
 // the operator makes forgets it.
 type describedAnswer struct {
-	engine rollout.Engine
-	at     time.Time
+	info rollout.WorkerDeploymentInfo
+	at   time.Time
 }
 
 const describedTTL = 2 * time.Second
@@ -428,25 +428,25 @@ func (e *Engines) Versioning(ctx context.Context, target EngineTarget) (bool, st
 }
 
 // Describe implements WorkerDeployments.
-func (e *Engines) Describe(ctx context.Context, target EngineTarget, name string) (rollout.Engine, error) {
+func (e *Engines) Describe(ctx context.Context, target EngineTarget, name string) (rollout.WorkerDeploymentInfo, error) {
 	conn, err := e.connection(target)
 	if err != nil {
-		return rollout.Engine{}, err
+		return rollout.WorkerDeploymentInfo{}, err
 	}
 	key := conn.Key() + "\x00" + name
 	e.mu.Lock()
 	answer, ok := e.described[key]
 	e.mu.Unlock()
 	if ok && time.Since(answer.at) < describedTTL {
-		return answer.engine, nil
+		return answer.info, nil
 	}
 	d, err := e.Client.WorkerDeployment(ctx, conn, name)
 	if err != nil {
-		return rollout.Engine{}, err
+		return rollout.WorkerDeploymentInfo{}, err
 	}
-	out := rollout.Engine{Current: d.CurrentBuildID}
+	out := rollout.WorkerDeploymentInfo{Current: d.CurrentBuildID}
 	for _, v := range d.Versions {
-		out.Versions = append(out.Versions, rollout.EngineVersion{
+		out.Versions = append(out.Versions, rollout.WorkerDeploymentVersion{
 			BuildID: v.BuildID, Draining: v.Drainage == engineadmin.DrainageDraining, Drained: v.Drainage == engineadmin.DrainageDrained,
 		})
 	}
@@ -454,7 +454,7 @@ func (e *Engines) Describe(ctx context.Context, target EngineTarget, name string
 	if e.described == nil {
 		e.described = map[string]describedAnswer{}
 	}
-	e.described[key] = describedAnswer{engine: out, at: time.Now()}
+	e.described[key] = describedAnswer{info: out, at: time.Now()}
 	e.mu.Unlock()
 	return out, nil
 }

@@ -327,7 +327,7 @@ type fakeEngine struct {
 	// offered lists the Worker Deployment names whose engine offers
 	// versioning; deployments holds their state.
 	offered     map[string]bool
-	deployments map[string]*rollout.Engine
+	deployments map[string]*rollout.WorkerDeploymentInfo
 	// calls records what a versioned rollout did, as "<op> <build ID>".
 	calls map[string][]string
 	// counters are the spend counters by Flow type.
@@ -338,7 +338,7 @@ type fakeEngine struct {
 
 var testEngine = &fakeEngine{
 	pollers: map[string][]rollout.Poller{}, errs: map[string]error{},
-	offered: map[string]bool{}, deployments: map[string]*rollout.Engine{}, calls: map[string][]string{},
+	offered: map[string]bool{}, deployments: map[string]*rollout.WorkerDeploymentInfo{}, calls: map[string][]string{},
 	counters: map[string]spend.Counter{}, shared: map[string][]string{},
 }
 
@@ -421,12 +421,12 @@ func (f *fakeEngine) drain(name, buildID string) {
 	}
 }
 
-// engineState returns a Worker Deployment, and what the operator did on
+// workerDeploymentState returns a Worker Deployment, and what the operator did on
 // it.
-func (f *fakeEngine) engineState(name string) (rollout.Engine, []string) {
+func (f *fakeEngine) workerDeploymentState(name string) (rollout.WorkerDeploymentInfo, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out rollout.Engine
+	var out rollout.WorkerDeploymentInfo
 	if d := f.deployments[name]; d != nil {
 		out = *d
 		out.Versions = slices.Clone(d.Versions)
@@ -449,12 +449,12 @@ func (f *fakeEngine) Versioning(_ context.Context, target controller.EngineTarge
 	return false, "the test engine offers no Worker Deployments", nil
 }
 
-func (f *fakeEngine) Describe(_ context.Context, _ controller.EngineTarget, name string) (rollout.Engine, error) {
+func (f *fakeEngine) Describe(_ context.Context, _ controller.EngineTarget, name string) (rollout.WorkerDeploymentInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	d := f.deployments[name]
 	if d == nil {
-		return rollout.Engine{}, nil
+		return rollout.WorkerDeploymentInfo{}, nil
 	}
 	out := *d
 	out.Versions = slices.Clone(d.Versions)
@@ -466,7 +466,7 @@ func (f *fakeEngine) SetCurrentVersion(_ context.Context, _ controller.EngineTar
 	defer f.mu.Unlock()
 	d := f.deployments[name]
 	if d == nil {
-		d = &rollout.Engine{}
+		d = &rollout.WorkerDeploymentInfo{}
 		f.deployments[name] = d
 	}
 	for i := range d.Versions {
@@ -475,8 +475,8 @@ func (f *fakeEngine) SetCurrentVersion(_ context.Context, _ controller.EngineTar
 		}
 	}
 	d.Current = buildID
-	if buildID != "" && !slices.ContainsFunc(d.Versions, func(v rollout.EngineVersion) bool { return v.BuildID == buildID }) {
-		d.Versions = append(d.Versions, rollout.EngineVersion{BuildID: buildID})
+	if buildID != "" && !slices.ContainsFunc(d.Versions, func(v rollout.WorkerDeploymentVersion) bool { return v.BuildID == buildID }) {
+		d.Versions = append(d.Versions, rollout.WorkerDeploymentVersion{BuildID: buildID})
 	}
 	f.record(name, "current "+buildID)
 	return nil
@@ -486,7 +486,7 @@ func (f *fakeEngine) DeleteVersion(_ context.Context, _ controller.EngineTarget,
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if d := f.deployments[name]; d != nil {
-		d.Versions = slices.DeleteFunc(d.Versions, func(v rollout.EngineVersion) bool { return v.BuildID == buildID })
+		d.Versions = slices.DeleteFunc(d.Versions, func(v rollout.WorkerDeploymentVersion) bool { return v.BuildID == buildID })
 	}
 	f.record(name, "delete "+buildID)
 	return nil

@@ -318,7 +318,7 @@ var _ = Describe("Tenancy", func() {
 			d := workerDeployment(Default, agent)
 			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, UpdatedReplicas: 1}
 			Expect(k8sClient.Status().Update(suiteCtx, d)).To(Succeed())
-			wakes := func() []string { _, calls := testEngine.engineState(shared.WorkerDeployment()); return calls }
+			wakes := func() []string { _, calls := testEngine.workerDeploymentState(shared.WorkerDeployment()); return calls }
 			Eventually(wakes).Should(ContainElement("wake s1,s2"))
 			Eventually(func(g Gomega) string {
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(agent), agent)).To(Succeed())

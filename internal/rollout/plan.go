@@ -157,9 +157,10 @@ type Observed struct {
 	Deployment *Deployment
 	// Sets are the versioned worker Deployments, one per build ID.
 	Sets []WorkerSet
-	// Engine is the Agent's Worker Deployment as the engine reports it;
-	// nil until the planner asks for it with Plan.NeedsEngine.
-	Engine *Engine
+	// WorkerDeployment is the Agent's Worker Deployment as Temporal
+	// describes it; nil until the planner asks for it with
+	// Plan.NeedsWorkerDeployment.
+	WorkerDeployment *WorkerDeploymentInfo
 	// Pods are the Agent's worker pods as last seen, terminating included.
 	Pods []Pod
 	// Gate is nil until the planner asks for it with Plan.NeedsGate.
@@ -200,8 +201,9 @@ type Plan struct {
 	// What a versioned rollout does besides applying the desired set;
 	// worker sets are named by their key (WorkerSet.Key).
 
-	// NeedsEngine asks the executor to read the Engine and plan again.
-	NeedsEngine bool
+	// NeedsWorkerDeployment asks the executor to describe the Worker
+	// Deployment and plan again.
+	NeedsWorkerDeployment bool
 	// MakeCurrent asks the executor to make CurrentBuildID the version new
 	// sessions start on (Unversioned: the unversioned workers).
 	MakeCurrent    bool

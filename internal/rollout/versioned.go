@@ -45,9 +45,9 @@ func keyOf(w Worker, versioned bool) string {
 	return w.BuildID()
 }
 
-// EngineVersion is one version of the Agent's Worker Deployment as the
-// engine keeps it.
-type EngineVersion struct {
+// WorkerDeploymentVersion is one version of the Agent's Worker Deployment
+// as Temporal keeps it.
+type WorkerDeploymentVersion struct {
 	BuildID string
 	// Deployment names the Worker Deployment that keeps it: an Agent's
 	// versions may be in its own and in the shared one of engine 0.7.0 and
@@ -58,8 +58,9 @@ type EngineVersion struct {
 	Draining, Drained bool
 }
 
-// Engine is the Agent's Worker Deployment as the engine reports it.
-type Engine struct {
+// WorkerDeploymentInfo is the Agent's Worker Deployment as Temporal
+// describes it.
+type WorkerDeploymentInfo struct {
 	// Error says why it could not be read; the rollout then changes
 	// nothing on the engine and waits.
 	Error string
@@ -67,16 +68,16 @@ type Engine struct {
 	// unversioned workers take them.
 	Current string
 	// Versions are the versions the engine keeps a record of.
-	Versions []EngineVersion
+	Versions []WorkerDeploymentVersion
 }
 
-func (e *Engine) version(buildID string) (EngineVersion, bool) {
+func (e *WorkerDeploymentInfo) version(buildID string) (WorkerDeploymentVersion, bool) {
 	for _, v := range e.Versions {
 		if v.BuildID == buildID {
 			return v, true
 		}
 	}
-	return EngineVersion{}, false
+	return WorkerDeploymentVersion{}, false
 }
 
 // VersioningWanted says whether the desired workers run as a version of the
@@ -127,7 +128,7 @@ func planVersioned(desired Desired, obs Observed, opts Options) Plan {
 	}
 
 	p := Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate}
-	if !desired.Versioned && len(sets) == 1 && key == Unversioned && obs.Engine == nil {
+	if !desired.Versioned && len(sets) == 1 && key == Unversioned && obs.WorkerDeployment == nil {
 		p.Strategy = StrategyRolling
 	}
 	// A version's own Deployment rolls in place on a change that keeps its
@@ -135,18 +136,18 @@ func planVersioned(desired Desired, obs Observed, opts Options) Plan {
 	// runs its newest template.
 	ready := desiredSet != nil && desiredSet.Template == desired.Worker && desiredSet.Observed && desiredSet.Replicas == desired.Replicas &&
 		desiredSet.UpdatedReplicas >= desired.Replicas && desiredSet.AvailableReplicas >= desired.Replicas && desired.Replicas > 0
-	if obs.Engine == nil {
-		p.NeedsEngine = true
+	if obs.WorkerDeployment == nil {
+		p.NeedsWorkerDeployment = true
 		p.Message = "reading the Worker Deployment from the engine"
 		return p
 	}
-	if obs.Engine.Error != "" {
-		p.Message = "cannot read the Worker Deployment from the engine: " + obs.Engine.Error
+	if obs.WorkerDeployment.Error != "" {
+		p.Message = "cannot read the Worker Deployment from the engine: " + obs.WorkerDeployment.Error
 		p.RecheckAfter = opts.RecheckInterval
 		return p
 	}
-	engineKnows := len(obs.Engine.Versions) > 0
-	if obs.Engine.Current != key && (desired.Versioned || engineKnows) {
+	engineKnows := len(obs.WorkerDeployment.Versions) > 0
+	if obs.WorkerDeployment.Current != key && (desired.Versioned || engineKnows) {
 		if !ready {
 			p.Message = fmt.Sprintf("starting %s; it becomes current once its %d workers are available", describeKey(key, desired.Worker), desired.Replicas)
 			return p
@@ -174,7 +175,7 @@ func planVersioned(desired Desired, obs Observed, opts Options) Plan {
 			p.Unpin = append(p.Unpin, k)
 			p.Remove = append(p.Remove, k)
 		default:
-			v, _ := obs.Engine.version(k)
+			v, _ := obs.WorkerDeployment.version(k)
 			if v.Drained {
 				p.Remove = append(p.Remove, k)
 				continue
@@ -187,7 +188,7 @@ func planVersioned(desired Desired, obs Observed, opts Options) Plan {
 	if len(p.Remove) > 0 || oldPods {
 		waits = append(waits, "old workers to stop")
 	}
-	for _, v := range obs.Engine.Versions {
+	for _, v := range obs.WorkerDeployment.Versions {
 		if v.BuildID == key || findSet(sets, v.BuildID) != nil || podsOf(obs.Pods, v.BuildID) > 0 {
 			continue
 		}
@@ -392,8 +393,8 @@ func versionedStatus(desired Desired, obs Observed, p Plan) []VersionStatus {
 	default:
 		// A current version that rolls in place stays current.
 		want.State = StateRamping
-		if obs.Engine != nil && obs.Engine.Error == "" && obs.Engine.Current == keyOf(desired.Worker, desired.Versioned) &&
-			(desired.Versioned || len(obs.Engine.Versions) > 0) {
+		if obs.WorkerDeployment != nil && obs.WorkerDeployment.Error == "" && obs.WorkerDeployment.Current == keyOf(desired.Worker, desired.Versioned) &&
+			(desired.Versioned || len(obs.WorkerDeployment.Versions) > 0) {
 			want.State = StateCurrent
 		}
 	}
@@ -401,7 +402,7 @@ func versionedStatus(desired Desired, obs Observed, p Plan) []VersionStatus {
 		e := get(s.Template, s.Template.BuildID())
 		// Until the desired version takes over, the engine's current one
 		// still takes new sessions.
-		if e != want && obs.Engine != nil && obs.Engine.Error == "" && s.Key() == obs.Engine.Current && want.State != StateCurrent {
+		if e != want && obs.WorkerDeployment != nil && obs.WorkerDeployment.Error == "" && s.Key() == obs.WorkerDeployment.Current && want.State != StateCurrent {
 			e.State = StateCurrent
 		}
 	}
@@ -427,8 +428,8 @@ func versionedStatus(desired Desired, obs Observed, p Plan) []VersionStatus {
 			}
 		}
 	}
-	if obs.Engine != nil {
-		for _, v := range obs.Engine.Versions {
+	if obs.WorkerDeployment != nil {
+		for _, v := range obs.WorkerDeployment.Versions {
 			e := get(Worker{}, v.BuildID)
 			if e.Image == "" && e.State == StateDraining {
 				e.State = StateDrained

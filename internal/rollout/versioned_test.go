@@ -25,8 +25,8 @@ func versionedPods(w Worker, n int) []Pod {
 	return out
 }
 
-func current(buildID string, versions ...EngineVersion) *Engine {
-	return &Engine{Current: buildID, Versions: versions}
+func current(buildID string, versions ...WorkerDeploymentVersion) *WorkerDeploymentInfo {
+	return &WorkerDeploymentInfo{Current: buildID, Versions: versions}
 }
 
 // withFutureRelease adds a release after the current one whose workers
@@ -79,64 +79,64 @@ func TestDecideVersioned(t *testing.T) {
 		{
 			name: "the engine is read before anything moves on it", desired: want050,
 			obs:  Observed{Deployment: deployment(w040, 2, 2), Pods: pods(w040, 2, false)},
-			want: Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, NeedsEngine: true},
+			want: Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, NeedsWorkerDeployment: true},
 		},
 		{
 			name: "into versioning beside 0.4.0: the new version starts beside the unversioned workers", desired: want050,
-			obs:    Observed{Deployment: deployment(w040, 2, 2), Pods: pods(w040, 2, false), Engine: &Engine{}},
+			obs:    Observed{Deployment: deployment(w040, 2, 2), Pods: pods(w040, 2, false), WorkerDeployment: &WorkerDeploymentInfo{}},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, Message: "becomes current once its 2 workers"},
 			states: []State{StateRamping, StateCurrent},
 		},
 		{
 			name: "into versioning: once available, the new version becomes current", desired: want050,
 			obs: Observed{Deployment: deployment(w040, 2, 2), Sets: []WorkerSet{set(w050, 2, 2)},
-				Pods: append(pods(w040, 2, false), versionedPods(w050, 2)...), Engine: &Engine{Versions: []EngineVersion{{BuildID: a}}}},
+				Pods: append(pods(w040, 2, false), versionedPods(w050, 2)...), WorkerDeployment: &WorkerDeploymentInfo{Versions: []WorkerDeploymentVersion{{BuildID: a}}}},
 			want: Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, MakeCurrent: true, CurrentBuildID: a},
 		},
 		{
 			name: "into versioning: the unversioned workers go once the version is current", desired: want050,
 			obs: Observed{Deployment: deployment(w040, 2, 2), Sets: []WorkerSet{set(w050, 2, 2)},
-				Pods: append(pods(w040, 2, false), versionedPods(w050, 2)...), Engine: current(a, EngineVersion{BuildID: a})},
+				Pods: append(pods(w040, 2, false), versionedPods(w050, 2)...), WorkerDeployment: current(a, WorkerDeploymentVersion{BuildID: a})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseDraining, Remove: []string{Unversioned}},
 			states: []State{StateCurrent, StateDraining},
 		},
 		{
 			name: "a versioned rollout completes", desired: want050,
-			obs:    Observed{Sets: []WorkerSet{set(w050, 2, 2)}, Pods: versionedPods(w050, 2), Engine: current(a, EngineVersion{BuildID: a})},
+			obs:    Observed{Sets: []WorkerSet{set(w050, 2, 2)}, Pods: versionedPods(w050, 2), WorkerDeployment: current(a, WorkerDeploymentVersion{BuildID: a})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseComplete},
 			states: []State{StateCurrent},
 		},
 		{
 			name: "a new image: the new version starts beside the old one", desired: wantB,
-			obs:    Observed{Sets: []WorkerSet{set(w050, 2, 2)}, Pods: versionedPods(w050, 2), Engine: current(a, EngineVersion{BuildID: a})},
+			obs:    Observed{Sets: []WorkerSet{set(w050, 2, 2)}, Pods: versionedPods(w050, 2), WorkerDeployment: current(a, WorkerDeploymentVersion{BuildID: a})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate},
 			states: []State{StateRamping, StateCurrent},
 		},
 		{
 			name: "the old version drains: its pinned sessions are told to move", desired: wantB,
 			obs: Observed{Sets: []WorkerSet{set(w050, 2, 2), set(w050b, 2, 2)}, Pods: append(versionedPods(w050, 2), versionedPods(w050b, 2)...),
-				Engine: current(b, EngineVersion{BuildID: a, Draining: true}, EngineVersion{BuildID: b})},
+				WorkerDeployment: current(b, WorkerDeploymentVersion{BuildID: a, Draining: true}, WorkerDeploymentVersion{BuildID: b})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseDraining, Move: []string{a}, Message: "to move between turns"},
 			states: []State{StateCurrent, StateDraining},
 		},
 		{
 			name: "a drained version's workers go", desired: wantB,
 			obs: Observed{Sets: []WorkerSet{set(w050, 2, 2), set(w050b, 2, 2)}, Pods: append(versionedPods(w050, 2), versionedPods(w050b, 2)...),
-				Engine: current(b, EngineVersion{BuildID: a, Drained: true}, EngineVersion{BuildID: b})},
+				WorkerDeployment: current(b, WorkerDeploymentVersion{BuildID: a, Drained: true}, WorkerDeploymentVersion{BuildID: b})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseDraining, Remove: []string{a}, Message: "old workers to stop"},
 			states: []State{StateCurrent, StateDrained},
 		},
 		{
 			name: "a change that keeps the build ID rolls the version in place: not complete until every worker runs the newest template", desired: wantB,
 			obs: Observed{Sets: []WorkerSet{{Versioned: true, Deployment: Deployment{Template: w050b, Replicas: 2, StatusReplicas: 2,
-				UpdatedReplicas: 1, AvailableReplicas: 2, Observed: true}}}, Pods: versionedPods(w050b, 2), Engine: current(b, EngineVersion{BuildID: b})},
+				UpdatedReplicas: 1, AvailableReplicas: 2, Observed: true}}}, Pods: versionedPods(w050b, 2), WorkerDeployment: current(b, WorkerDeploymentVersion{BuildID: b})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, Message: "rolling version"},
 			states: []State{StateCurrent},
 		},
 		{
 			name: "then its engine record is deleted", desired: wantB,
 			obs: Observed{Sets: []WorkerSet{set(w050b, 2, 2)}, Pods: versionedPods(w050b, 2),
-				Engine: current(b, EngineVersion{BuildID: a, Drained: true}, EngineVersion{BuildID: b})},
+				WorkerDeployment: current(b, WorkerDeploymentVersion{BuildID: a, Drained: true}, WorkerDeploymentVersion{BuildID: b})},
 			want:   Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseDraining, Unpin: []string{a}, DeleteVersions: []string{a}},
 			states: []State{StateCurrent, StateDrained},
 		},
@@ -164,18 +164,18 @@ func TestDecideVersioned(t *testing.T) {
 		{
 			name: "the rollback gives new sessions to the unversioned workers once they are available", desired: Desired{Worker: w030, Replicas: 2},
 			obs: Observed{Deployment: deployment(w030, 2, 2), Sets: []WorkerSet{set(w050, 0, 0)}, Pods: pods(w030, 2, false),
-				Engine: current(a, EngineVersion{BuildID: a})},
+				WorkerDeployment: current(a, WorkerDeploymentVersion{BuildID: a})},
 			want: Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, MakeCurrent: true, CurrentBuildID: Unversioned},
 		},
 		{
 			name: "the rollback unpins the sessions left on the stopped version", desired: Desired{Worker: w030, Replicas: 2},
 			obs: Observed{Deployment: deployment(w030, 2, 2), Sets: []WorkerSet{set(w050, 0, 0)}, Pods: pods(w030, 2, false),
-				Engine: current(Unversioned, EngineVersion{BuildID: a, Draining: true})},
+				WorkerDeployment: current(Unversioned, WorkerDeploymentVersion{BuildID: a, Draining: true})},
 			want: Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseDraining, Unpin: []string{a}, Remove: []string{a}},
 		},
 		{
 			name: "an unreadable engine holds the rollout", desired: wantB,
-			obs:  Observed{Sets: []WorkerSet{set(w050, 2, 2), set(w050b, 2, 2)}, Engine: &Engine{Error: "connection refused"}},
+			obs:  Observed{Sets: []WorkerSet{set(w050, 2, 2), set(w050b, 2, 2)}, WorkerDeployment: &WorkerDeploymentInfo{Error: "connection refused"}},
 			want: Plan{Strategy: StrategyVersioned, Action: ActionApply, Phase: PhaseRollingUpdate, Message: "connection refused"},
 		},
 	} {
@@ -183,7 +183,7 @@ func TestDecideVersioned(t *testing.T) {
 			c.obs.Now = now
 			got := DecideVersioned(c.desired, c.obs, opts)
 			if got.Strategy != c.want.Strategy || got.Action != c.want.Action || got.Phase != c.want.Phase ||
-				got.NeedsEngine != c.want.NeedsEngine || got.NeedsGate != c.want.NeedsGate ||
+				got.NeedsWorkerDeployment != c.want.NeedsWorkerDeployment || got.NeedsGate != c.want.NeedsGate ||
 				got.MakeCurrent != c.want.MakeCurrent || got.CurrentBuildID != c.want.CurrentBuildID ||
 				!slices.Equal(got.Stop, c.want.Stop) || !slices.Equal(got.Move, c.want.Move) || !slices.Equal(got.Unpin, c.want.Unpin) ||
 				!slices.Equal(got.Remove, c.want.Remove) || !slices.Equal(got.DeleteVersions, c.want.DeleteVersions) {
@@ -192,7 +192,7 @@ func TestDecideVersioned(t *testing.T) {
 			if !strings.Contains(got.Message, c.want.Message) {
 				t.Errorf("message %q lacks %q", got.Message, c.want.Message)
 			}
-			if got.Phase != PhaseComplete && got.Action != ActionStopWorkers && got.RecheckAfter == 0 && !got.NeedsEngine && !got.NeedsGate &&
+			if got.Phase != PhaseComplete && got.Action != ActionStopWorkers && got.RecheckAfter == 0 && !got.NeedsWorkerDeployment && !got.NeedsGate &&
 				got.Phase != PhaseRollingUpdate && got.Phase != PhaseWaitingForOldWorkersStopped {
 				t.Errorf("a draining plan sets no recheck")
 			}
