@@ -14,19 +14,11 @@ package worker
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"maps"
-	"net/http"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +27,6 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.temporal.io/sdk/client"
-	temporallog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/stepwise-run/stepwise/internal/engine"
@@ -43,16 +34,11 @@ import (
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/loop"
 	"github.com/stepwise-run/stepwise/internal/media"
-	"github.com/stepwise-run/stepwise/internal/model/chatcompletions"
-	"github.com/stepwise-run/stepwise/internal/model/messages"
-	"github.com/stepwise-run/stepwise/internal/model/responses"
 	"github.com/stepwise-run/stepwise/internal/rollout"
 	"github.com/stepwise-run/stepwise/internal/searchattr"
-	"github.com/stepwise-run/stepwise/internal/serving"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/telemetry"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
-	"github.com/stepwise-run/stepwise/internal/tools/mcp"
 	"github.com/stepwise-run/stepwise/internal/version"
 	"github.com/stepwise-run/stepwise/pkg/agent"
 	"github.com/stepwise-run/stepwise/pkg/workerconfig"
@@ -153,178 +139,6 @@ func checkMediaRoot(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// Definition builds the agent definition from the configuration and the
-// image's own tools.
-func Definition(cfg workerconfig.Config, opts Options) (agent.Definition, error) {
-	store, err := mediaStore(context.Background(), cfg.MediaStore)
-	if err != nil {
-		return agent.Definition{}, err
-	}
-	return definition(cfg, opts, store)
-}
-
-func definition(cfg workerconfig.Config, opts Options, store media.Store) (agent.Definition, error) {
-	d := cfg.Definition
-	def := agent.Definition{
-		Name: d.Name, Instructions: d.Instructions, Tools: opts.Tools,
-		MaxModelCallsPerTurn: int(d.Limits.MaxModelCallsPerTurn),
-		InterruptDeadline:    d.Limits.InterruptDeadline.Duration,
-		MaxDurableWait:       d.Limits.MaxDurableWait.Duration,
-	}
-	choice, err := modelChoice("definition.model", d.Model, opts)
-	if err != nil {
-		return agent.Definition{}, err
-	}
-	def.Model, def.ModelSettings = choice.Client, choice.Settings
-	if len(d.ModelChoices) > 0 {
-		choices := agent.ModelChoices{Default: choice, Named: map[string]agent.ModelChoice{}}
-		for _, mc := range d.ModelChoices {
-			if choices.Named[mc.Choice], err = modelChoice(fmt.Sprintf("definition.modelChoices[%s].model", mc.Choice), mc.Model, opts); err != nil {
-				return agent.Definition{}, err
-			}
-		}
-		def.ResolveModel = choices.Resolve
-	}
-	if d.DefaultToolEffect != "" {
-		if def.DefaultToolEffect, err = agent.ParseEffect(d.DefaultToolEffect); err != nil {
-			return agent.Definition{}, fmt.Errorf("definition.defaultToolEffect: %w", err)
-		}
-	}
-	for _, p := range d.ToolPolicies {
-		effect, err := agent.ParseEffect(p.Effect)
-		if err != nil {
-			return agent.Definition{}, fmt.Errorf("definition.toolPolicies[%s]: %w", p.Name, err)
-		}
-		if def.ToolPolicies == nil {
-			def.ToolPolicies = map[string]agent.Policy{}
-		}
-		def.ToolPolicies[p.Name] = agent.Policy{Effect: effect, RequiresApproval: p.RequiresApproval}
-	}
-	for _, b := range d.BuiltInTools {
-		def.BuiltInTools = append(def.BuiltInTools, agent.BuiltInTool(b))
-	}
-	if c := d.Compaction; c != nil {
-		def.Compaction = &agent.CompactionPolicy{
-			ContextWindowTokens: c.ContextWindowTokens, TriggerRatio: c.TriggerRatio, KeepRatio: c.KeepRatio,
-			RetainedMessages: int(c.RetainedMessageLimit),
-		}
-	}
-	for i, ts := range cfg.ToolSources {
-		src, err := toolSource(ts, store)
-		if err != nil {
-			return agent.Definition{}, fmt.Errorf("toolSources[%d] (%s): %w", i, ts.SourceName, err)
-		}
-		def.ToolSources = append(def.ToolSources, src)
-	}
-	if pm := d.PlanMode; pm != nil {
-		def.PlanModeEnabled = true
-		def.PlanningToolChoice = agent.ToolChoice(pm.PlanningToolChoice)
-	}
-	if opts.Customize != nil {
-		opts.Customize(&def)
-	}
-	def = def.WithDefaults()
-	return def, def.Validate()
-}
-
-// timings are the engine's Step limits for a configuration and definition:
-// the defaults, the configured heartbeat timeout, and the definition's
-// RunModel limit.
-func timings(cfg workerconfig.Config, def agent.Definition) engine.Timings {
-	t := engine.DefaultTimings()
-	if hb := cfg.Engine.StepHeartbeatTimeout.Duration; hb > 0 {
-		t.Heartbeat = hb
-	}
-	if l := def.RunModelLimit; l != nil {
-		if l.AttemptTimeout > 0 {
-			t.ModelAttempt = l.AttemptTimeout
-		}
-		if l.MaxAttempts > 0 {
-			t.ModelAttempts = int32(min(l.MaxAttempts, 100)) //nolint:gosec // bounded above
-		}
-		if l.Within > 0 {
-			t.ModelWithin = l.Within
-		}
-	}
-	return t
-}
-
-// modelChoice builds one configured model with its settings: the image's
-// own client when it brings one, else a built-in client.
-func modelChoice(field string, m workerconfig.Model, opts Options) (agent.ModelChoice, error) {
-	var out agent.ModelChoice
-	var err error
-	if opts.Model != nil {
-		if out.Client, err = opts.Model(m); err != nil {
-			return agent.ModelChoice{}, fmt.Errorf("%s: %w", field, err)
-		}
-	}
-	if out.Client == nil {
-		if out.Client, err = model(field, m, opts.Scripts); err != nil {
-			return agent.ModelChoice{}, err
-		}
-	}
-	if m.MaxOutputTokens != nil {
-		out.Settings.MaxOutputTokens = int64(*m.MaxOutputTokens)
-	}
-	out.Settings.ReasoningEffort = m.ReasoningEffort
-	return out, nil
-}
-
-// Model returns the model client the configuration selects. Only clients
-// this worker carries are built; a provider it lacks is an error that names
-// it.
-func Model(m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelClient, error) {
-	return model("definition.model", m, scripts)
-}
-
-func model(field string, m workerconfig.Model, scripts map[string]agent.Script) (agent.ModelClient, error) {
-	switch m.Provider {
-	case agent.ScriptedProvider:
-		if m.Name == "demo" {
-			return agent.NewScriptedModel(agent.DemoScript), nil
-		}
-		if script, ok := scripts[m.Name]; ok {
-			return agent.NewScriptedModel(script), nil
-		}
-		return nil, fmt.Errorf("%s.name: this worker has no script named %q; it has \"demo\"%s", field, m.Name, scriptNames(scripts))
-	case messages.Provider:
-		return messages.New(messages.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(field, m.APIKey)}), nil
-	case responses.Provider:
-		return responses.New(responses.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(field, m.APIKey)}), nil
-	case chatcompletions.Provider:
-		if m.BaseURL == "" {
-			return nil, fmt.Errorf("%s.baseURL is required for an openai-compatible model", field)
-		}
-		return chatcompletions.New(chatcompletions.Config{BaseURL: m.BaseURL, Model: m.Name, APIKey: keyFrom(field, m.APIKey)}), nil
-	default:
-		return nil, fmt.Errorf("%s.provider: this worker has no %q model client; it has openai, openai-compatible, anthropic and scripted", field, m.Provider)
-	}
-}
-
-// keyFrom reads a model key from the worker's environment at each call, so
-// a rotated Secret is read after the rollout it causes; nil sends no key.
-func keyFrom(field string, ref *workerconfig.SecretEnv) func() (string, error) {
-	if ref == nil {
-		return nil
-	}
-	return func() (string, error) {
-		key, err := ref.Lookup()
-		if err != nil {
-			return "", fmt.Errorf("%s.apiKey: %w", field, err)
-		}
-		return key, nil
-	}
-}
-
-func scriptNames(scripts map[string]agent.Script) string {
-	var s string
-	for _, name := range slices.Sorted(maps.Keys(scripts)) {
-		s += ", " + strconv.Quote(name)
-	}
-	return s
 }
 
 // Run runs the worker until ctx ends, then stops taking tasks and lets
@@ -529,173 +343,6 @@ func (t teeEvents) Write(sessionID string, e session.Event) {
 	for _, s := range t {
 		s.Write(sessionID, e)
 	}
-}
-
-// healthServer serves /healthz and /readyz (ready while the worker polls)
-// and nothing else: it listens where probes reach it, on the pod network.
-func healthServer(address string, ready *atomic.Bool) (*serving.Server, error) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not polling for tasks", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	if address == "" {
-		address = ":8080"
-	}
-	return listen("health probes", address, mux)
-}
-
-// debugServer serves /debug/events?session=<id>&after=<seq>, one session's
-// recent events from this worker's buffer, on a loopback address only:
-// events hold the session's text. A request without a session is refused,
-// so no one lists every session's events.
-func debugServer(address string, ring *events.Ring) (*serving.Server, error) {
-	if err := workerconfig.CheckLoopback(address); err != nil {
-		return nil, fmt.Errorf("debugAddress: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/events", func(w http.ResponseWriter, r *http.Request) {
-		id := r.URL.Query().Get("session")
-		if id == "" {
-			http.Error(w, "the session query parameter is required: /debug/events?session=<id>", http.StatusBadRequest)
-			return
-		}
-		after := int64(0)
-		if v := r.URL.Query().Get("after"); v != "" {
-			var err error
-			if after, err = strconv.ParseInt(v, 10, 64); err != nil {
-				http.Error(w, fmt.Sprintf("after=%q is not a sequence number", v), http.StatusBadRequest)
-				return
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(ring.Since(id, after))
-	})
-	return listen("debug events", address, mux)
-}
-
-// metricsMux serves /metrics alone.
-func metricsMux(metrics http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metrics)
-	return mux
-}
-
-// listen starts listening for one of the worker's servers, within the
-// bounds of a port that only probes and scrapers call.
-func listen(what, address string, handler http.Handler) (*serving.Server, error) {
-	srv, err := serving.Listen(context.Background(), address, handler, serving.ProbeLimits)
-	if err != nil {
-		return nil, fmt.Errorf("serving %s on %s: %w", what, address, err)
-	}
-	return srv, nil
-}
-
-// Dial connects to Temporal as the configuration says: TLS with the given
-// authority, client certificate and server name, and an API key from the
-// environment. Options set the rest, such as the metrics handler.
-func Dial(ctx context.Context, e workerconfig.Engine, logger *slog.Logger, options ...func(*client.Options)) (client.Client, error) {
-	opts := client.Options{HostPort: e.Address, Namespace: e.Namespace, Logger: temporallog.NewStructuredLogger(logger)}
-	for _, o := range options {
-		o(&opts)
-	}
-	if e.TLS != nil {
-		tlsConfig, err := clientTLS(*e.TLS)
-		if err != nil {
-			return nil, err
-		}
-		opts.ConnectionOptions.TLS = tlsConfig
-	}
-	if e.APIKey != nil {
-		key, err := e.APIKey.Lookup()
-		if err != nil {
-			return nil, fmt.Errorf("engine.apiKey: %w", err)
-		}
-		opts.Credentials = client.NewAPIKeyStaticCredentials(key)
-	}
-	c, err := client.DialContext(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to Temporal at %s, namespace %s: %w", e.Address, e.Namespace, err)
-	}
-	return c, nil
-}
-
-func clientTLS(t workerconfig.TLS) (*tls.Config, error) {
-	cfg := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("engine.tls.caFile: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("engine.tls.caFile %s holds no PEM certificate", t.CAFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, errors.New("engine.tls needs both certFile and keyFile, or neither")
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("engine.tls client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
-}
-
-// toolSource builds one ToolSource's MCP source: a single server named
-// after the source, so its tools are "<sourceName>__<tool>". Secret values
-// are read from the environment at each connection, never stored here.
-func toolSource(ts workerconfig.ToolSource, store media.Store) (agent.ToolSource, error) {
-	server := mcp.Server{
-		Name: ts.SourceName, TrustAnnotations: ts.TrustToolAnnotations,
-		ListingTTL: ts.ListingTTL.Duration, ConnectionTimeout: ts.ConnectionTimeout.Duration,
-		RequestTimeout: ts.RequestTimeout.Duration, TaskWaitTimeout: ts.TaskWaitTimeout.Duration,
-	}
-	switch {
-	case ts.Stdio != nil:
-		env := ts.Stdio.Env
-		server.Connect = mcp.StdioConnect(ts.Stdio.Command, ts.Stdio.Args, func() ([]string, error) {
-			out := make([]string, 0, len(env))
-			for _, v := range env {
-				value, err := v.ResolveChecked(workerconfig.EnvValueProblem)
-				if err != nil {
-					return nil, fmt.Errorf("stdio.env[%s]: %w", v.Name, err)
-				}
-				out = append(out, v.Name+"="+value)
-			}
-			return out, nil
-		})
-	case ts.StreamableHTTP != nil:
-		// Any connection can poll a Streamable HTTP server's task, so the
-		// session polls it on timers, holding no connection.
-		server.TaskPolling = mcp.PollInSession
-		headers := ts.StreamableHTTP.Headers
-		server.Connect = mcp.HTTPConnect(ts.StreamableHTTP.URL, func() (http.Header, error) {
-			h := http.Header{}
-			for _, v := range headers {
-				value, err := v.ResolveChecked(workerconfig.HeaderValueProblem)
-				if err != nil {
-					return nil, fmt.Errorf("streamableHTTP.headers[%s]: %w", v.Name, err)
-				}
-				h.Set(v.Name, value)
-			}
-			return h, nil
-		})
-	default:
-		return nil, errors.New("needs exactly one of stdio or streamableHTTP")
-	}
-	return mcp.NewSource(mcp.SourceOptions{
-		Name: ts.SourceName, Servers: []mcp.Server{server}, ResourceAndPromptTools: ts.ResourceAndPromptTools,
-		MediaStore: store,
-	})
 }
 
 // deploymentVersion checks a worker's Worker Deployment and build ID, which
