@@ -20,7 +20,7 @@ type RunModelInput struct {
 	TurnID string `json:"turnId"`
 }
 
-// Activities are the effect Steps, run by a worker.
+// Activities are the call Steps, run by a worker.
 type Activities struct {
 	// Runner makes the model calls and runs the tools.
 	Runner session.Runner

@@ -49,7 +49,7 @@ func TestASteerDuringAModelCallWhoseAnswerContinuesTheTurn(t *testing.T) {
 				continued++
 				return agent.ContinueTurn("and check the stock"), nil
 			}
-			return agent.DefaultContinuation, nil
+			return agent.DefaultTurnContinuation, nil
 		}}
 	h := newHarness(t, def)
 	h.slowFirstCall(session.StepRunModel, 5*time.Minute)

@@ -9,7 +9,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/session"
 )
 
-// StateLoader loads committed session state for the effect Steps.
+// StateLoader loads committed session state for the call Steps.
 type StateLoader interface {
 	// LoadTurn loads what a RunModel attempt works from.
 	LoadTurn(ctx context.Context, sessionID, runID, turnID string) (session.TurnContext, error)

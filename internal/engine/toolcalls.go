@@ -142,7 +142,7 @@ func (r *run) callTool(ctx workflow.Context, rec *session.ToolCallRecord) {
 				return
 			}
 		}
-		r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.Continuation, workflow.Now(ctx)))
+		r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.InputContinuation, workflow.Now(ctx)))
 		return
 	case err == nil && out.Kind == session.ToolResultNotStarted:
 		r.emit(stepID, r.s.SettleUnstarted(rec.ID))
@@ -200,7 +200,7 @@ func (r *run) pollTask(ctx workflow.Context, rec *session.ToolCallRecord) error 
 		case r.record(rec.ID) != rec:
 			return nil
 		case err == nil && out.Kind == session.ToolResultInputRequested && out.Question != nil:
-			r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.Continuation, workflow.Now(ctx)))
+			r.emit(stepID, r.s.RequestToolInput(rec.ID, *out.Question, out.InputContinuation, workflow.Now(ctx)))
 		case err == nil:
 			r.emit(stepID, r.s.RecordToolOutcome(rec.ID, out))
 		case temporal.IsCanceledError(err):

@@ -47,9 +47,9 @@ type runState struct {
 	// AfterTools is true when the turn continues after tool calls, so the
 	// continuation decision of that iteration is still to be made.
 	AfterTools bool `json:"afterTools,omitempty"`
-	// Continuations counts the continuations in a row that followed
-	// answers without tools.
-	Continuations int `json:"continuations,omitempty"`
+	// TurnContinuations counts the turn continuations in a row that
+	// followed answers without tools.
+	TurnContinuations int `json:"continuations,omitempty"`
 }
 
 func (s runState) encode() string {

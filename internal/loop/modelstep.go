@@ -53,7 +53,7 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		if text, ok := decision.Continues(); ok {
 			lead = append(lead, agent.Message{Role: agent.RoleUser, Text: text})
 		}
-		state.Continuations = 0
+		state.TurnContinuations = 0
 	}
 	req.Input = append(req.Input, lead...)
 	if f, ok := model.Client.(agent.ForcedToolChoice); ok && req.ToolChoice == agent.ToolChoiceRequired && !f.SupportsForcedToolChoice(req.Settings) {
@@ -97,13 +97,13 @@ func (r *Runner) RunModelStep(ctx context.Context, turn session.TurnContext) (se
 		switch {
 		case !continues:
 			out.Kind = session.OutcomeTurnCompleted
-		case state.Continuations >= contract.MaxConsecutiveTurnContinuations:
+		case state.TurnContinuations >= contract.MaxConsecutiveTurnContinuations:
 			out.Kind = session.OutcomeTurnCompleted
 			out.TurnError = contract.TurnContinuationLimitError
 		default:
 			out.Kind = session.OutcomeTurnContinued
 			out.NewMessages = append(out.NewMessages, session.Message{Role: session.RoleUser, Text: text})
-			out.RunState = runState{ModelCalls: turn.ModelCalls + 1, Continuations: state.Continuations + 1}.encode()
+			out.RunState = runState{ModelCalls: turn.ModelCalls + 1, TurnContinuations: state.TurnContinuations + 1}.encode()
 		}
 	case turn.ModelCalls >= r.def.MaxModelCallsPerTurn:
 		// The call offered no tools; calls the model makes anyway are not

@@ -74,7 +74,7 @@ func (r *Runner) PollToolTask(ctx context.Context, call session.ToolExecution) (
 // pollOutcome maps what a task poll returned onto a tool outcome.
 func (r *Runner) pollOutcome(output agent.ToolOutput, err error) (session.ToolOutcome, error) {
 	if pending, ok := agent.IsTaskPending(err); ok {
-		return session.ToolOutcome{Kind: session.ToolResultTaskPending, PollInterval: pending.PollInterval, Continuation: pending.Continuation}, nil
+		return session.ToolOutcome{Kind: session.ToolResultTaskPending, PollInterval: pending.PollInterval, InputContinuation: pending.Continuation}, nil
 	}
 	return r.toolOutcome(output, err)
 }
@@ -133,9 +133,9 @@ func (r *Runner) toolOutcome(output agent.ToolOutput, err error) (session.ToolOu
 	var input *agent.InputRequest
 	if errors.As(err, &input) {
 		return session.ToolOutcome{
-			Kind:         session.ToolResultInputRequested,
-			Question:     &session.Question{Text: input.Question, Choices: input.Choices, AllowsFreeText: input.AllowsFreeText},
-			Continuation: input.Continuation,
+			Kind:              session.ToolResultInputRequested,
+			Question:          &session.Question{Text: input.Question, Choices: input.Choices, AllowsFreeText: input.AllowsFreeText},
+			InputContinuation: input.Continuation,
 		}, nil
 	}
 	if e, ok := agent.IsExecutionError(err); ok {

@@ -182,10 +182,10 @@ type ToolOutcome struct {
 	// Images are a succeeded result's images, already in the media store.
 	Images []ImageReference `json:"images,omitempty"`
 	Error  string           `json:"error,omitempty"`
-	// Question and Continuation are an input request's; Continuation is
-	// also a pending task's, for its next poll.
-	Question     *Question `json:"question,omitempty"`
-	Continuation string    `json:"continuation,omitempty"`
+	// Question and InputContinuation are an input request's;
+	// InputContinuation is also a pending task's, for its next poll.
+	Question          *Question `json:"question,omitempty"`
+	InputContinuation string    `json:"continuation,omitempty"`
 	// TaskID and PollInterval are a started or pending task's.
 	TaskID       string        `json:"taskId,omitempty"`
 	PollInterval time.Duration `json:"pollInterval,omitempty"`

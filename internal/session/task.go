@@ -28,7 +28,7 @@ func (s *State) recordTaskStarted(r *ToolCallRecord, out ToolOutcome) []Event {
 // has been delivered.
 func recordTaskPending(r *ToolCallRecord, out ToolOutcome) {
 	r.TaskPollInterval = contract.TaskPollInterval(out.PollInterval)
-	r.InputContinuation = out.Continuation
+	r.InputContinuation = out.InputContinuation
 	r.TaskAnswer = nil
 }
 

@@ -27,7 +27,7 @@ func TestATaskWaitsAndPollsUntilItsResult(t *testing.T) {
 	if r.Status != ToolCallWaitingForTask || TaskPollDue(*r) != 2*time.Second || WaitStep(*r) != StepPollToolTask {
 		t.Fatalf("r1 = %+v", r)
 	}
-	if events := s.RecordToolOutcome("r1", ToolOutcome{Kind: ToolResultTaskPending, PollInterval: time.Minute, Continuation: "c"}); events != nil {
+	if events := s.RecordToolOutcome("r1", ToolOutcome{Kind: ToolResultTaskPending, PollInterval: time.Minute, InputContinuation: "c"}); events != nil {
 		t.Errorf("a pending poll wrote %v", eventTypes(events))
 	}
 	if r.TaskPollInterval != time.Minute || r.InputContinuation != "c" || r.Status.Final() {

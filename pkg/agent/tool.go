@@ -262,8 +262,10 @@ type InputRequest struct {
 	Question       string
 	Choices        []string
 	AllowsFreeText bool
-	// Continuation is handed back in ToolContext.Continuation on the next
-	// run, so the tool can tell which question the answer is for.
+	// Continuation, the input continuation, is handed back in
+	// ToolContext.Continuation on the next run, so the tool can tell which
+	// question the answer is for. It is not a turn continuation, which
+	// decides whether the model is called again.
 	Continuation string
 }
 

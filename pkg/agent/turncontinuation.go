@@ -18,13 +18,13 @@ const (
 	continuationContinue
 )
 
-// Turn continuations. DefaultContinuation leaves the turn to the loop: the
-// model sees tool results, and an answer without tools completes the turn.
+// Turn continuations. DefaultTurnContinuation leaves the turn to the loop:
+// the model sees tool results, and an answer without tools completes the turn.
 // EndTurn completes the turn now, even after tool calls, without another
 // model call.
 var (
-	DefaultContinuation = TurnContinuation{}
-	EndTurn             = TurnContinuation{kind: continuationEnd}
+	DefaultTurnContinuation = TurnContinuation{}
+	EndTurn                 = TurnContinuation{kind: continuationEnd}
 )
 
 // ContinueTurn calls the model again in the same turn with message as user

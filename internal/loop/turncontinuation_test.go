@@ -35,7 +35,7 @@ func TestTurnContinuationAfterToolCalls(t *testing.T) {
 		wantMessages []string
 	}{
 		{"end completes the turn without a model call", agent.EndTurn, session.OutcomeTurnCompleted, 0, nil},
-		{"default calls the model with the results", agent.DefaultContinuation, session.OutcomeTurnCompleted, 1, []string{"assistant:answer"}},
+		{"default calls the model with the results", agent.DefaultTurnContinuation, session.OutcomeTurnCompleted, 1, []string{"assistant:answer"}},
 		{"continue adds the message after the results", agent.ContinueTurn("Now summarize."), session.OutcomeTurnCompleted, 1,
 			[]string{"user:Now summarize.", "assistant:answer"}},
 	}
@@ -54,7 +54,7 @@ func TestTurnContinuationAfterToolCalls(t *testing.T) {
 					if len(ctx.ToolResults) > 0 {
 						return c.decision, nil
 					}
-					return agent.DefaultContinuation, nil
+					return agent.DefaultTurnContinuation, nil
 				},
 			})
 			out, err := r.RunModelStep(context.Background(), continuationTurn())

@@ -14,7 +14,7 @@ import (
 // message is an error, so the attempt fails as the decision's own errors do.
 func (r *Runner) decide(turn session.TurnContext, settings agent.SessionSettings, output agent.Message, results []agent.ToolResult) (agent.TurnContinuation, error) {
 	if r.def.DecideTurnContinuation == nil {
-		return agent.DefaultContinuation, nil
+		return agent.DefaultTurnContinuation, nil
 	}
 	decision, err := r.def.DecideTurnContinuation(agent.TurnContinuationContext{
 		SessionID: turn.SessionID, TurnID: turn.TurnID, Settings: settings, ModelOutput: output, ToolResults: results,

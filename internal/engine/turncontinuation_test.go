@@ -25,7 +25,7 @@ func TestAContinuedTurnStoresItsMessageAndCallsTheModelAgain(t *testing.T) {
 			if c.ModelOutput.Text == "Probably yes." {
 				return agent.ContinueTurn("Finish with DECISION:."), nil
 			}
-			return agent.DefaultContinuation, nil
+			return agent.DefaultTurnContinuation, nil
 		}})
 	h.then(func() {
 		snap := h.snapshot()
@@ -60,7 +60,7 @@ func TestEndAfterToolCallsFinishesTheTurnOnTheirResults(t *testing.T) {
 					return agent.EndTurn, nil
 				}
 			}
-			return agent.DefaultContinuation, nil
+			return agent.DefaultTurnContinuation, nil
 		}})
 	h.then(func() {
 		snap := h.snapshot()
