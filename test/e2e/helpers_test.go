@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	temporalclient "go.temporal.io/sdk/client"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -224,4 +225,13 @@ func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 	if err := demo.Poll(ctx, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
+}
+
+// describeSession describes one of the Agent's sessions on the engine.
+func describeSession(ctx context.Context, s *sessions.Sessions, id string) (*temporalclient.WorkflowExecutionDescription, error) {
+	found, err := s.Describe(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Client().DescribeWorkflow(ctx, found.WorkflowID, "")
 }
