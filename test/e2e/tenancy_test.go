@@ -1,34 +1,25 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/flowclaim"
-	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
-	"github.com/stepwise-run/stepwise/internal/kubectlstepwise"
-	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	"github.com/stepwise-run/stepwise/internal/testcluster"
 	"github.com/stepwise-run/stepwise/internal/version"
@@ -411,77 +402,4 @@ func pendingInterrupt(t *testing.T, session, token string) string {
 		return true, nil
 	})
 	return id
-}
-
-// tokenIn asks the API server for a short-lived token of a service account,
-// for the API server itself.
-func tokenIn(t *testing.T, namespace, name string) string {
-	t.Helper()
-	return requestToken(t, namespace, name, nil)
-}
-
-// gatewayTokenIn asks for a short-lived token of a service account for the
-// gateway's own audience, which the API server refuses.
-func gatewayTokenIn(t *testing.T, namespace, name string) string {
-	t.Helper()
-	return requestToken(t, namespace, name, []string{gateway.DefaultAudience})
-}
-
-func requestToken(t *testing.T, namespace, name string, audiences []string) string {
-	t.Helper()
-	tr, err := core.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600)), Audiences: audiences}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
-}
-
-// pluginAs runs kubectl stepwise as the holder of a token, in a namespace.
-func pluginAs(t *testing.T, base, token, namespace string) func(args ...string) (int, string, string) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	config := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n" +
-		"contexts: [{name: ctx, context: {cluster: c, user: u, namespace: " + namespace + "}}]\ncurrent-context: ctx\n" +
-		"users: [{name: u, user: {token: " + token + "}}]\n"
-	if err := os.WriteFile(kubeconfig, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"KUBECONFIG": kubeconfig, "STEPWISE_GATEWAY": base}
-	return func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		// The test cluster's pod network is this host's own bridge.
-		args = append(args, "--plain-http")
-		status := kubectlstepwise.Run(ctx, args, func(k string) string { return env[k] }, &out, &errOut)
-		return status, out.String(), errOut.String()
-	}
-}
-
-// podNamesIn lists the names of an Agent's worker pods in a namespace.
-func podNamesIn(t *testing.T, namespace, agent string) map[string]bool {
-	t.Helper()
-	var list corev1.PodList
-	if err := kube.List(context.Background(), &list, client.InNamespace(namespace), client.MatchingLabels(render.SelectorLabels(agent))); err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil {
-			names[p.Name] = true
-		}
-	}
-	return names
-}
-
-func sameSet(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return true
 }
