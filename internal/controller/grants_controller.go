@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/render"
 )
 
@@ -38,10 +38,10 @@ type GrantsPublisher struct {
 // any change to the ConfigMap, publishes them all again.
 func (p *GrantsPublisher) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	var secrets corev1.SecretList
-	if err := p.APIReader.List(ctx, &secrets, client.MatchingLabelsSelector{Selector: gateway.ApplicationTokenSelector()}); err != nil {
+	if err := p.APIReader.List(ctx, &secrets, client.MatchingLabelsSelector{Selector: grants.Selector()}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing application token Secrets: %w", err)
 	}
-	published := gateway.PublishGrants(secrets.Items)
+	published := grants.Publish(secrets.Items)
 	for _, problem := range published.Problems {
 		log.FromContext(ctx).Info("an application token is not used", "problem", problem)
 	}
@@ -51,7 +51,7 @@ func (p *GrantsPublisher) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.R
 	}
 	cm := corev1ac.ConfigMap(p.Name, p.Namespace).
 		WithLabels(map[string]string{render.LabelManagedBy: render.ManagedBy, render.LabelComponent: "gateway-grants"}).
-		WithData(map[string]string{gateway.PublishedGrantsKey: string(doc)})
+		WithData(map[string]string{grants.PublishedKey: string(doc)})
 	if err := p.Apply(ctx, cm, client.FieldOwner(render.FieldOwner), client.ForceOwnership); err != nil {
 		return ctrl.Result{}, fmt.Errorf("publishing the gateways' grants: %w", err)
 	}
@@ -64,7 +64,7 @@ func (p *GrantsPublisher) SetupWithManager(mgr ctrl.Manager) error {
 	only := func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}}}
 	}
-	labeled := func(obj client.Object) bool { return obj.GetLabels()[gateway.LabelApplicationToken] == "true" }
+	labeled := func(obj client.Object) bool { return obj.GetLabels()[grants.LabelApplicationToken] == "true" }
 	tokens := predicate.Funcs{
 		CreateFunc:  func(e event.CreateEvent) bool { return labeled(e.Object) },
 		UpdateFunc:  func(e event.UpdateEvent) bool { return labeled(e.ObjectOld) || labeled(e.ObjectNew) },

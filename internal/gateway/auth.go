@@ -5,9 +5,10 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
+
+	"github.com/stepwise-run/stepwise/internal/grants"
 )
 
 // bearerToken reads a request's bearer token.
@@ -20,38 +21,20 @@ func bearerToken(r *http.Request) string {
 	return ""
 }
 
-// Grant is what one application token allows: some verbs on the sessions
-// of some Agents of one namespace. A token's grant never reaches past the
-// namespace it was written in.
-type Grant struct {
-	// Source names where the token came from, such as its Secret, for
-	// messages; never the token.
-	Source    string
-	Namespace string
-	// Agents are the Agent names; empty allows every Agent of the
-	// namespace.
-	Agents []string
-	Verbs  []Verb
-}
-
-func (g Grant) allows(ref AgentRef, verb Verb) bool {
-	return g.Namespace == ref.Namespace && (len(g.Agents) == 0 || slices.Contains(g.Agents, ref.Name)) && slices.Contains(g.Verbs, verb)
-}
-
 // TokenAuthorizer authorizes application tokens by their grants. A token
 // it does not know goes to Next; without Next it is refused.
 type TokenAuthorizer struct {
 	Next Authorizer
 
 	mu     sync.RWMutex
-	grants map[[sha256.Size]byte]Grant
+	grants map[[sha256.Size]byte]grants.Grant
 }
 
 // SetGrants replaces the known tokens, keyed by the token. Only the
 // tokens' SHA-256 digests are kept.
-func (a *TokenAuthorizer) SetGrants(grants map[string]Grant) {
-	byDigest := make(map[[sha256.Size]byte]Grant, len(grants))
-	for token, g := range grants {
+func (a *TokenAuthorizer) SetGrants(byToken map[string]grants.Grant) {
+	byDigest := make(map[[sha256.Size]byte]grants.Grant, len(byToken))
+	for token, g := range byToken {
 		byDigest[sha256.Sum256([]byte(token))] = g
 	}
 	a.mu.Lock()
@@ -74,10 +57,10 @@ func (a *TokenAuthorizer) Authenticate(ctx context.Context, r *http.Request) err
 }
 
 // grant finds the grant of the request's token.
-func (a *TokenAuthorizer) grant(r *http.Request) (Grant, bool) {
+func (a *TokenAuthorizer) grant(r *http.Request) (grants.Grant, bool) {
 	token := bearerToken(r)
 	if token == "" {
-		return Grant{}, false
+		return grants.Grant{}, false
 	}
 	// Looking up the digest rather than the token keeps the lookup's time
 	// from telling anything of the tokens.
@@ -88,14 +71,14 @@ func (a *TokenAuthorizer) grant(r *http.Request) (Grant, bool) {
 }
 
 // Authorize implements Authorizer.
-func (a *TokenAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error {
+func (a *TokenAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb grants.Verb) error {
 	g, ok := a.grant(r)
 	switch {
 	case !ok && a.Next != nil:
 		return a.Next.Authorize(ctx, r, ref, verb)
 	case !ok:
 		return a.Authenticate(ctx, r)
-	case !g.allows(ref, verb):
+	case !g.Allows(ref.Namespace, ref.Name, verb):
 		return fmt.Errorf("%w: the token of %s may not %s sessions of Agent %s", ErrForbidden, g.Source, verb, ref)
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
+	"github.com/stepwise-run/stepwise/internal/grants"
 )
 
 func TestKubernetesAuthorizerAsksRBACForTheVerbOnTheAgent(t *testing.T) {
@@ -46,17 +47,17 @@ func TestKubernetesAuthorizerAsksRBACForTheVerbOnTheAgent(t *testing.T) {
 		name  string
 		token string
 		ref   gateway.AgentRef
-		verb  gateway.Verb
+		verb  grants.Verb
 		want  error
 	}{
-		{"the granted verb", approver, supportRef, gateway.VerbApprove, nil},
-		{"reading", approver, supportRef, gateway.VerbGet, nil},
-		{"a verb the Role leaves out", approver, supportRef, gateway.VerbSend, gateway.ErrForbidden},
-		{"another Agent of the namespace", approver, gateway.AgentRef{Namespace: "team-a", Name: "billing"}, gateway.VerbGet, gateway.ErrForbidden},
-		{"the same Agent name in another namespace", approver, gateway.AgentRef{Namespace: "team-b", Name: "support"}, gateway.VerbGet, gateway.ErrForbidden},
-		{"a token for another audience", otherAudience, supportRef, gateway.VerbGet, gateway.ErrUnauthenticated},
-		{"a token the API server never issued", "not-a-token", supportRef, gateway.VerbGet, gateway.ErrUnauthenticated},
-		{"no token", "", supportRef, gateway.VerbGet, gateway.ErrUnauthenticated},
+		{"the granted verb", approver, supportRef, grants.VerbApprove, nil},
+		{"reading", approver, supportRef, grants.VerbGet, nil},
+		{"a verb the Role leaves out", approver, supportRef, grants.VerbSend, gateway.ErrForbidden},
+		{"another Agent of the namespace", approver, gateway.AgentRef{Namespace: "team-a", Name: "billing"}, grants.VerbGet, gateway.ErrForbidden},
+		{"the same Agent name in another namespace", approver, gateway.AgentRef{Namespace: "team-b", Name: "support"}, grants.VerbGet, gateway.ErrForbidden},
+		{"a token for another audience", otherAudience, supportRef, grants.VerbGet, gateway.ErrUnauthenticated},
+		{"a token the API server never issued", "not-a-token", supportRef, grants.VerbGet, gateway.ErrUnauthenticated},
+		{"no token", "", supportRef, grants.VerbGet, gateway.ErrUnauthenticated},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,11 +104,11 @@ func TestKubernetesAuthorizerKeepsAnswersForItsTTL(t *testing.T) {
 	ref := gateway.AgentRef{Namespace: "team-a", Name: "support"}
 	auth := k.authorizer(t, gateway.AuthorizerCache{Allowed: 3 * time.Second, Denied: time.Second})
 
-	must(t, auth.Authorize(ctx, requestWith(token), ref, gateway.VerbGet))
+	must(t, auth.Authorize(ctx, requestWith(token), ref, grants.VerbGet))
 	must(t, k.admin.Delete(ctx, binding))
 	revoked := time.Now()
 	waitUntil(t, "the revoked permission to be refused", func() bool {
-		return errors.Is(auth.Authorize(ctx, requestWith(token), ref, gateway.VerbGet), gateway.ErrForbidden)
+		return errors.Is(auth.Authorize(ctx, requestWith(token), ref, grants.VerbGet), gateway.ErrForbidden)
 	})
 	t.Logf("the revocation took effect after %s", time.Since(revoked).Round(100*time.Millisecond))
 
@@ -115,7 +116,7 @@ func TestKubernetesAuthorizerKeepsAnswersForItsTTL(t *testing.T) {
 	binding.ResourceVersion = ""
 	must(t, k.admin.Create(ctx, binding))
 	waitUntil(t, "the granted permission to be allowed", func() bool {
-		return auth.Authorize(ctx, requestWith(token), ref, gateway.VerbGet) == nil
+		return auth.Authorize(ctx, requestWith(token), ref, grants.VerbGet) == nil
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/serving"
@@ -84,7 +85,7 @@ func (s *Server) events(c *call) {
 			// Authorized once, a stream would outlive the permission that
 			// opened it; any failure ends it, and the reconnection is
 			// authorized as a new request.
-			if err := s.opts.Authorizer.Authorize(c.ctx, c.r, c.agent, VerbGet); err != nil {
+			if err := s.opts.Authorizer.Authorize(c.ctx, c.r, c.agent, grants.VerbGet); err != nil {
 				s.opts.Logger.Info("ending an event stream whose caller is no longer authorized",
 					"session", c.sessionID, "agent", c.agent.String(), "error", err)
 				return

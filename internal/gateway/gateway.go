@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -62,33 +63,11 @@ var ErrGraphNotPublished = errors.New("session Flow graph not published")
 // ErrAgentNotFound is an Agent that does not exist.
 var ErrAgentNotFound = errors.New("agent not found")
 
-// Verb is what a route does to an Agent's sessions, as RBAC names it on the
-// agents/sessions subresource.
-type Verb string
-
-// The verbs on agents/sessions.
-const (
-	// VerbGet reads snapshots, messages and events.
-	VerbGet Verb = "get"
-	// VerbCreate starts sessions.
-	VerbCreate Verb = "create"
-	// VerbSend sends, steers and deletes queued messages.
-	VerbSend Verb = "send"
-	// VerbApprove approves and rejects tool calls, and executes plans.
-	VerbApprove Verb = "approve"
-	// VerbAnswer answers questions.
-	VerbAnswer Verb = "answer"
-	// VerbCancel cancels turns.
-	VerbCancel Verb = "cancel"
-	// VerbUpdate changes session settings.
-	VerbUpdate Verb = "update"
-)
-
 // Authorizer decides whether a request's caller may do verb on an Agent's
 // sessions. It returns an error wrapping ErrUnauthenticated or ErrForbidden
 // to refuse.
 type Authorizer interface {
-	Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error
+	Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb grants.Verb) error
 	// Authenticate checks only that the caller is known, for a route that
 	// then authorizes Agent by Agent: an unknown caller is refused even
 	// where there is no Agent to refuse them.
@@ -155,7 +134,7 @@ type sessionRoute struct {
 	method string
 	// path follows gatewayapi.SessionPath.
 	path    string
-	verb    Verb
+	verb    grants.Verb
 	handle  func(*call) (any, error)
 	start   bool
 	summary string
@@ -172,29 +151,29 @@ type sessionRoute struct {
 // sessionRoutes is the table of session routes.
 func (s *Server) sessionRoutes() []sessionRoute {
 	return []sessionRoute{
-		{method: http.MethodPost, verb: VerbCreate, handle: s.start, start: true, operationID: "startSession",
+		{method: http.MethodPost, verb: grants.VerbCreate, handle: s.start, start: true, operationID: "startSession",
 			summary: "Start a session, with a first message unless it is blank.", request: gatewayapi.StartRequest{}, optionalBody: true, response: gatewayapi.Accepted{}},
-		{method: http.MethodGet, path: "/snapshot", verb: VerbGet, handle: s.snapshot, operationID: "getSnapshot",
+		{method: http.MethodGet, path: "/snapshot", verb: grants.VerbGet, handle: s.snapshot, operationID: "getSnapshot",
 			summary: "Read the session as a page shows it, with the resume token of its event stream.", response: gatewayapi.SnapshotResponse{}},
-		{method: http.MethodGet, path: "/messages", verb: VerbGet, handle: s.messages, operationID: "listMessages",
+		{method: http.MethodGet, path: "/messages", verb: grants.VerbGet, handle: s.messages, operationID: "listMessages",
 			summary: "Read a page of stored messages, oldest first.", response: sessions.MessagesPage{}, query: messagesQuery},
-		{method: http.MethodPost, path: "/messages", verb: VerbSend, handle: s.send, operationID: "sendMessage",
+		{method: http.MethodPost, path: "/messages", verb: grants.VerbSend, handle: s.send, operationID: "sendMessage",
 			summary: "Send a message; it starts a turn, or waits for the running one to end.", request: gatewayapi.SendRequest{}, response: gatewayapi.Accepted{}},
-		{method: http.MethodPost, path: "/steer", verb: VerbSend, handle: s.steer, operationID: "steer",
+		{method: http.MethodPost, path: "/steer", verb: grants.VerbSend, handle: s.steer, operationID: "steer",
 			summary: "Steer the running turn with new text or a queued message.", request: gatewayapi.SteerRequest{}, response: gatewayapi.Accepted{}},
-		{method: http.MethodDelete, path: "/queued/{message}", verb: VerbSend, handle: onPathID("message", (*sessions.Sessions).DeleteQueued), operationID: "deleteQueuedMessage",
+		{method: http.MethodDelete, path: "/queued/{message}", verb: grants.VerbSend, handle: onPathID("message", (*sessions.Sessions).DeleteQueued), operationID: "deleteQueuedMessage",
 			summary: "Delete a queued message before its turn starts.", request: gatewayapi.RequestBody{}, optionalBody: true, response: gatewayapi.Accepted{}},
-		{method: http.MethodPost, path: "/turns/{turn}/cancel", verb: VerbCancel, handle: onPathID("turn", (*sessions.Sessions).CancelTurn), operationID: "cancelTurn",
+		{method: http.MethodPost, path: "/turns/{turn}/cancel", verb: grants.VerbCancel, handle: onPathID("turn", (*sessions.Sessions).CancelTurn), operationID: "cancelTurn",
 			summary: "Stop a turn.", request: gatewayapi.RequestBody{}, optionalBody: true, response: gatewayapi.Accepted{}},
-		{method: http.MethodPost, path: "/interrupts/{interrupt}/approve", verb: VerbApprove, handle: onPathID("interrupt", (*sessions.Sessions).Approve), operationID: "approveToolCall",
+		{method: http.MethodPost, path: "/interrupts/{interrupt}/approve", verb: grants.VerbApprove, handle: onPathID("interrupt", (*sessions.Sessions).Approve), operationID: "approveToolCall",
 			summary: "Approve a tool call that waits for approval.", request: gatewayapi.RequestBody{}, optionalBody: true, response: gatewayapi.Accepted{}},
-		{method: http.MethodPost, path: "/interrupts/{interrupt}/reject", verb: VerbApprove, handle: s.reject, operationID: "rejectToolCall",
+		{method: http.MethodPost, path: "/interrupts/{interrupt}/reject", verb: grants.VerbApprove, handle: s.reject, operationID: "rejectToolCall",
 			summary: "Reject a tool call that waits for approval, with a message the model sees.", request: gatewayapi.RejectRequest{}, optionalBody: true, response: gatewayapi.Accepted{}},
-		{method: http.MethodPost, path: "/interrupts/{interrupt}/answer", verb: VerbAnswer, handle: s.answer, operationID: "answerQuestion",
+		{method: http.MethodPost, path: "/interrupts/{interrupt}/answer", verb: grants.VerbAnswer, handle: s.answer, operationID: "answerQuestion",
 			summary: "Answer a question.", request: gatewayapi.AnswerRequest{}, response: gatewayapi.Accepted{}},
-		{method: http.MethodPost, path: "/plan/execute", verb: VerbApprove, handle: s.executePlan, operationID: "executePlan",
+		{method: http.MethodPost, path: "/plan/execute", verb: grants.VerbApprove, handle: s.executePlan, operationID: "executePlan",
 			summary: "Approve a plan revision and run it.", request: gatewayapi.ExecutePlanRequest{}, response: gatewayapi.Accepted{}},
-		{method: http.MethodPut, path: "/settings", verb: VerbUpdate, handle: s.updateSettings, operationID: "updateSettings",
+		{method: http.MethodPut, path: "/settings", verb: grants.VerbUpdate, handle: s.updateSettings, operationID: "updateSettings",
 			summary: "Replace the session settings the next turn starts with.", request: gatewayapi.SettingsRequest{}, response: gatewayapi.Accepted{}},
 	}
 }
@@ -205,7 +184,7 @@ func (s *Server) Handler() http.Handler {
 	for _, rt := range s.sessionRoutes() {
 		mux.Handle(rt.method+" "+gatewayapi.SessionPath+rt.path, s.route(rt.verb, rt.start, rt.handle))
 	}
-	mux.Handle("GET "+gatewayapi.SessionPath+"/events", s.route(VerbGet, false, nil))
+	mux.Handle("GET "+gatewayapi.SessionPath+"/events", s.route(grants.VerbGet, false, nil))
 	mux.HandleFunc("GET "+gatewayapi.WaitingPath, s.waiting)
 	mux.HandleFunc("GET "+gatewayapi.NamespaceWaitingPath, s.waiting)
 	mux.HandleFunc("GET "+gatewayapi.OpenAPIPath, s.openAPI)
@@ -266,7 +245,7 @@ func checkAgentRef(ref AgentRef) error {
 
 // route authorizes a request, finds the Agent's engine and checks that the
 // session is the Agent's before handle runs. A nil handle streams events.
-func (s *Server) route(verb Verb, start bool, handle func(*call) (any, error)) http.Handler {
+func (s *Server) route(verb grants.Verb, start bool, handle func(*call) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ref := AgentRef{Namespace: r.PathValue("namespace"), Name: r.PathValue("agent")}
 		sessionID := r.PathValue("session")

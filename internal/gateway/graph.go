@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/stepwise-run/stepwise/internal/grants"
 )
 
 func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
@@ -12,7 +14,7 @@ func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.opts.Authorizer.Authorize(r.Context(), r, ref, VerbGet); err != nil {
+	if err := s.opts.Authorizer.Authorize(r.Context(), r, ref, grants.VerbGet); err != nil {
 		s.fail(w, r, err)
 		return
 	}

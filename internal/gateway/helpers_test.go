@@ -17,6 +17,7 @@ import (
 	"github.com/stepwise-run/stepwise/internal/enginetest"
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/hub"
 	"github.com/stepwise-run/stepwise/internal/hubapi"
 	"github.com/stepwise-run/stepwise/internal/session"
@@ -77,8 +78,8 @@ var (
 	// teamBSupport is another namespace's Agent of support's Flow type.
 	teamBSupport = gateway.AgentRef{Namespace: "team-b", Name: "support"}
 	billing      = gateway.AgentRef{Namespace: "team-a", Name: "billing"}
-	allVerbs     = []gateway.Verb{gateway.VerbGet, gateway.VerbCreate, gateway.VerbSend, gateway.VerbApprove,
-		gateway.VerbAnswer, gateway.VerbCancel, gateway.VerbUpdate}
+	allVerbs     = []grants.Verb{grants.VerbGet, grants.VerbCreate, grants.VerbSend, grants.VerbApprove,
+		grants.VerbAnswer, grants.VerbCancel, grants.VerbUpdate}
 )
 
 // Tokens of the test's applications.
@@ -128,9 +129,9 @@ func start(t *testing.T, opts ...func(*gateway.Options)) *fixture {
 	worker := stack.StartWorker()
 
 	auth := &gateway.TokenAuthorizer{}
-	auth.SetGrants(map[string]gateway.Grant{
+	auth.SetGrants(map[string]grants.Grant{
 		operatorToken: {Source: "Secret team-a/operator", Namespace: "team-a", Verbs: allVerbs},
-		readerToken:   {Source: "Secret team-a/reader", Namespace: "team-a", Agents: []string{"support"}, Verbs: []gateway.Verb{gateway.VerbGet}},
+		readerToken:   {Source: "Secret team-a/reader", Namespace: "team-a", Agents: []string{"support"}, Verbs: []grants.Verb{grants.VerbGet}},
 		otherNSToken:  {Source: "Secret team-b/app", Namespace: "team-b", Verbs: allVerbs},
 	})
 	o := gateway.Options{

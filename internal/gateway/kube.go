@@ -31,6 +31,7 @@ import (
 	agentsv1 "github.com/stepwise-run/stepwise/api/v1alpha1"
 	"github.com/stepwise-run/stepwise/internal/engineadmin"
 	"github.com/stepwise-run/stepwise/internal/flowclaim"
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/render"
 	"github.com/stepwise-run/stepwise/internal/tenancy"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
@@ -324,7 +325,7 @@ func (k *KubernetesAuthorizer) authenticate(ctx context.Context, r *http.Request
 }
 
 // Authorize implements Authorizer.
-func (k *KubernetesAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb Verb) error {
+func (k *KubernetesAuthorizer) Authorize(ctx context.Context, r *http.Request, ref AgentRef, verb grants.Verb) error {
 	resp, err := k.authenticate(ctx, r)
 	if err != nil {
 		return err
@@ -368,17 +369,17 @@ func reviewUnavailable(what string, err error) error {
 // costs no list; the Secrets an engine takes credentials from are read
 // from the API server when needed, one by name, so the gateway may get
 // those and list none.
-// An empty grants.Name watches no grants.
-func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, grants GrantsSource) (client.Client, cache.Cache, error) {
+// An empty src.Name watches no grants.
+func NewKubernetesClient(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, src GrantsSource) (client.Client, cache.Cache, error) {
 	claimed, err := labels.NewRequirement(flowclaim.LabelFlowClaim, selection.Exists, nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	byObject := map[client.Object]cache.ByObject{&appsv1.Deployment{}: {Label: labels.NewSelector().Add(*claimed)}}
 	watched := []client.Object{&agentsv1.Agent{}, &agentsv1.ClusterEngine{}, &appsv1.Deployment{}}
-	if grants.Name != "" {
-		byObject[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: map[string]cache.Config{grants.Namespace: {}},
-			Field: fields.OneTermEqualSelector("metadata.name", grants.Name)}
+	if src.Name != "" {
+		byObject[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: map[string]cache.Config{src.Namespace: {}},
+			Field: fields.OneTermEqualSelector("metadata.name", src.Name)}
 		watched = append(watched, &corev1.ConfigMap{})
 	}
 	objects, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject})

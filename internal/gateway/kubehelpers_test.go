@@ -20,6 +20,7 @@ import (
 
 	apischeme "github.com/stepwise-run/stepwise/api/scheme"
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/testtools"
 )
 
@@ -104,14 +105,14 @@ var grantsSource = gateway.GrantsSource{Namespace: operatorNamespace, Name: "ste
 func (k *kube) publishGrants(t *testing.T) {
 	t.Helper()
 	var list corev1.SecretList
-	must(t, k.admin.List(t.Context(), &list, client.MatchingLabelsSelector{Selector: gateway.ApplicationTokenSelector()}))
-	doc, err := json.Marshal(gateway.PublishGrants(list.Items))
+	must(t, k.admin.List(t.Context(), &list, client.MatchingLabelsSelector{Selector: grants.Selector()}))
+	doc, err := json.Marshal(grants.Publish(list.Items))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: grantsSource.Namespace, Name: grantsSource.Name}}
 	_, err = controllerutil.CreateOrUpdate(t.Context(), k.admin, cm, func() error {
-		cm.Data = map[string]string{gateway.PublishedGrantsKey: string(doc)}
+		cm.Data = map[string]string{grants.PublishedKey: string(doc)}
 		return nil
 	})
 	must(t, err)

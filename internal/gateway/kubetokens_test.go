@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/grants"
 )
 
 // Application tokens come from labeled Secrets, reach only their own
@@ -23,7 +24,7 @@ func TestApplicationTokensFollowTheirSecrets(t *testing.T) {
 		must(t, k.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	const token = "an-application-token-of-team-a-0123456789"
-	labeled := map[string]string{gateway.LabelApplicationToken: "true"}
+	labeled := map[string]string{grants.LabelApplicationToken: "true"}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ticketing", Labels: labeled},
 		StringData: map[string]string{"token": token, "verbs": "get, create, send", "agents": "support"}}
 	must(t, k.admin.Create(ctx, secret))
@@ -36,21 +37,21 @@ func TestApplicationTokensFollowTheirSecrets(t *testing.T) {
 	must(t, gateway.WatchPublishedGrants(ctx, k.informers, auth, grantsSource, slog.New(slog.DiscardHandler)))
 	k.publishGrants(t)
 	support := gateway.AgentRef{Namespace: "team-a", Name: "support"}
-	authorize := func(tok string, ref gateway.AgentRef, verb gateway.Verb) error {
+	authorize := func(tok string, ref gateway.AgentRef, verb grants.Verb) error {
 		return auth.Authorize(ctx, requestWith(tok), ref, verb)
 	}
-	waitUntil(t, "the token to be known", func() bool { return authorize(token, support, gateway.VerbSend) == nil })
+	waitUntil(t, "the token to be known", func() bool { return authorize(token, support, grants.VerbSend) == nil })
 	for _, tc := range []struct {
 		name  string
 		token string
 		ref   gateway.AgentRef
-		verb  gateway.Verb
+		verb  grants.Verb
 		want  error
 	}{
-		{"a verb it does not grant", token, support, gateway.VerbApprove, gateway.ErrForbidden},
-		{"an Agent it does not name", token, gateway.AgentRef{Namespace: "team-a", Name: "billing"}, gateway.VerbGet, gateway.ErrForbidden},
-		{"another namespace", token, gateway.AgentRef{Namespace: "team-b", Name: "support"}, gateway.VerbGet, gateway.ErrForbidden},
-		{"an unlabeled Secret's token", unlabeled, support, gateway.VerbGet, gateway.ErrUnauthenticated},
+		{"a verb it does not grant", token, support, grants.VerbApprove, gateway.ErrForbidden},
+		{"an Agent it does not name", token, gateway.AgentRef{Namespace: "team-a", Name: "billing"}, grants.VerbGet, gateway.ErrForbidden},
+		{"another namespace", token, gateway.AgentRef{Namespace: "team-b", Name: "support"}, grants.VerbGet, gateway.ErrForbidden},
+		{"an unlabeled Secret's token", unlabeled, support, grants.VerbGet, gateway.ErrUnauthenticated},
 	} {
 		if err := authorize(tc.token, tc.ref, tc.verb); !errors.Is(err, tc.want) {
 			t.Errorf("%s: Authorize = %v, want %v", tc.name, err, tc.want)
@@ -64,23 +65,23 @@ func TestApplicationTokensFollowTheirSecrets(t *testing.T) {
 	must(t, k.admin.Create(ctx, copied))
 	k.publishGrants(t)
 	waitUntil(t, "a token two Secrets hold to be refused", func() bool {
-		return errors.Is(authorize(token, support, gateway.VerbGet), gateway.ErrUnauthenticated)
+		return errors.Is(authorize(token, support, grants.VerbGet), gateway.ErrUnauthenticated)
 	})
 	must(t, k.admin.Delete(ctx, copied))
 	k.publishGrants(t)
-	waitUntil(t, "the token to work again", func() bool { return authorize(token, support, gateway.VerbGet) == nil })
+	waitUntil(t, "the token to work again", func() bool { return authorize(token, support, grants.VerbGet) == nil })
 
 	// Taking a verb away, then deleting the Secret, takes effect.
 	secret.StringData = map[string]string{"verbs": "get"}
 	must(t, k.admin.Update(ctx, secret))
 	k.publishGrants(t)
 	waitUntil(t, "the verb taken away to be refused", func() bool {
-		return errors.Is(authorize(token, support, gateway.VerbSend), gateway.ErrForbidden)
+		return errors.Is(authorize(token, support, grants.VerbSend), gateway.ErrForbidden)
 	})
 	must(t, k.admin.Delete(ctx, secret))
 	k.publishGrants(t)
 	waitUntil(t, "the deleted token to be unknown", func() bool {
-		return errors.Is(authorize(token, support, gateway.VerbGet), gateway.ErrUnauthenticated)
+		return errors.Is(authorize(token, support, grants.VerbGet), gateway.ErrUnauthenticated)
 	})
 }
 

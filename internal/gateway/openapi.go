@@ -11,6 +11,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/session"
 	"github.com/stepwise-run/stepwise/internal/version"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
@@ -97,7 +98,7 @@ type openAPIOperation struct {
 	Responses   map[string]*openAPIResponse `json:"responses"`
 	Security    []map[string][]string       `json:"security,omitempty"`
 	// Verb is the verb on agents/sessions the route asks for.
-	Verb Verb `json:"x-stepwise-verb,omitempty"`
+	Verb grants.Verb `json:"x-stepwise-verb,omitempty"`
 }
 
 type openAPIBody struct {
@@ -199,7 +200,7 @@ func (s *Server) OpenAPIDocument() ([]byte, error) {
 		response    any
 		contentType string
 	}{
-		{gatewayapi.SessionPath + "/events", &openAPIOperation{OperationID: "streamEvents", Verb: VerbGet, Parameters: eventsParameters,
+		{gatewayapi.SessionPath + "/events", &openAPIOperation{OperationID: "streamEvents", Verb: grants.VerbGet, Parameters: eventsParameters,
 			Summary: "Stream the session's events as Server-Sent Events; each frame's id is a resume token and its data an Event. " +
 				"Idle streams send keep-alive comments. A token of another session, or one whose events are no longer kept, is 400: load the snapshot again."},
 			Event{}, "text/event-stream"},
@@ -209,7 +210,7 @@ func (s *Server) OpenAPIDocument() ([]byte, error) {
 		{gatewayapi.NamespaceWaitingPath, &openAPIOperation{OperationID: "listNamespaceWaitingSessions", Parameters: waitingQuery,
 			Summary: "List the sessions waiting for a person, newest first, across the Agents of one namespace whose sessions the caller may get."},
 			gatewayapi.WaitingResponse{}, "application/json"},
-		{gatewayapi.GraphPath, &openAPIOperation{OperationID: "getFlowGraph", Verb: VerbGet,
+		{gatewayapi.GraphPath, &openAPIOperation{OperationID: "getFlowGraph", Verb: grants.VerbGet,
 			Summary: "Read the session Flow graph the operator published for the Agent: its Steps, transitions and actions; a snapshot's activeSteps name the Steps a session is in."},
 			session.FlowGraph{}, "application/json"},
 		{gatewayapi.OpenAPIPath, &openAPIOperation{OperationID: "getOpenAPIDocument", Summary: "This document.", Security: []map[string][]string{{}}},

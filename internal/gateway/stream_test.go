@@ -15,6 +15,7 @@ import (
 
 	"github.com/stepwise-run/stepwise/internal/gateway"
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
+	"github.com/stepwise-run/stepwise/internal/grants"
 )
 
 // connKey holds a request's connection in its context.
@@ -269,7 +270,7 @@ func TestAStreamEndsOnceItsCallerMayNoLongerRead(t *testing.T) {
 			t.Fatal("no keep-alive within 10 s")
 		}
 	}
-	f.auth.SetGrants(map[string]gateway.Grant{
+	f.auth.SetGrants(map[string]grants.Grant{
 		operatorToken: {Source: "Secret team-a/operator", Namespace: "team-a", Verbs: allVerbs},
 	})
 	deadline := time.After(10 * time.Second)

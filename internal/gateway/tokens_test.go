@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/stepwise-run/stepwise/internal/gateway"
+	"github.com/stepwise-run/stepwise/internal/grants"
 )
 
 func tokenSecret(ns, name string, data map[string]string) corev1.Secret {
@@ -24,19 +24,19 @@ func TestGrantsFromSecrets(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		secrets []corev1.Secret
-		want    map[string]gateway.Grant
+		want    map[string]grants.Grant
 		problem string
 	}{
 		{
 			name:    "verbs and Agents",
 			secrets: []corev1.Secret{tokenSecret("team-a", "app", map[string]string{"token": tok + "\n", "verbs": "get, approve", "agents": "support,billing"})},
-			want: map[string]gateway.Grant{tok: {Source: "Secret team-a/app", Namespace: "team-a",
-				Agents: []string{"support", "billing"}, Verbs: []gateway.Verb{gateway.VerbGet, gateway.VerbApprove}}},
+			want: map[string]grants.Grant{tok: {Source: "Secret team-a/app", Namespace: "team-a",
+				Agents: []string{"support", "billing"}, Verbs: []grants.Verb{grants.VerbGet, grants.VerbApprove}}},
 		},
 		{
 			name:    "every Agent of the namespace",
 			secrets: []corev1.Secret{tokenSecret("team-a", "app", map[string]string{"token": tok, "verbs": "get"})},
-			want:    map[string]gateway.Grant{tok: {Source: "Secret team-a/app", Namespace: "team-a", Verbs: []gateway.Verb{gateway.VerbGet}}},
+			want:    map[string]grants.Grant{tok: {Source: "Secret team-a/app", Namespace: "team-a", Verbs: []grants.Verb{grants.VerbGet}}},
 		},
 		{name: "no token", secrets: []corev1.Secret{tokenSecret("team-a", "app", map[string]string{"verbs": "get"})},
 			problem: "Secret team-a/app: data.token is missing"},
@@ -64,9 +64,9 @@ func TestGrantsFromSecrets(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, problems := gateway.GrantsFromSecrets(tc.secrets)
+			got, problems := grants.FromSecrets(tc.secrets)
 			if tc.want == nil {
-				tc.want = map[string]gateway.Grant{}
+				tc.want = map[string]grants.Grant{}
 			}
 			if len(got) != len(tc.want) {
 				t.Fatalf("grants = %+v, want %+v", got, tc.want)

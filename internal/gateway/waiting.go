@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/stepwise-run/stepwise/internal/gatewayapi"
+	"github.com/stepwise-run/stepwise/internal/grants"
 	"github.com/stepwise-run/stepwise/internal/session"
 	sessions "github.com/stepwise-run/stepwise/pkg/client"
 )
@@ -119,7 +120,7 @@ func (s *Server) waiting(w http.ResponseWriter, r *http.Request) {
 
 // waitingOf searches one Agent's sessions, if the caller may read them.
 func (s *Server) waitingOf(ctx context.Context, r *http.Request, ref AgentRef, req waitingRequest) ([]gatewayapi.WaitingSession, bool, error) {
-	if err := s.opts.Authorizer.Authorize(ctx, r, ref, VerbGet); err != nil {
+	if err := s.opts.Authorizer.Authorize(ctx, r, ref, grants.VerbGet); err != nil {
 		return nil, false, err
 	}
 	target, release, err := s.opts.Agents.Target(ctx, ref)
